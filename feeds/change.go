@@ -1,0 +1,101 @@
+// Package feeds stores follows and target records in SQLite, fans target
+// writes out into per-viewer feed items, and reads feed pages back.
+//
+// Every SQL statement of the daemon lives in this package, so the consumer
+// (package jetstream) and the handlers (package xrpc) never see the database.
+package feeds
+
+import (
+	"encoding/json"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// Operation is what a change does to a record.
+type Operation uint8
+
+const (
+	OpCreate Operation = iota + 1
+	OpUpdate
+	OpDelete
+)
+
+// String returns the Jetstream spelling of the operation.
+func (o Operation) String() string {
+	switch o {
+	case OpCreate:
+		return "create"
+	case OpUpdate:
+		return "update"
+	case OpDelete:
+		return "delete"
+	}
+	return "unknown"
+}
+
+// Change is one record-level write, already parsed and validated at the
+// edge: from a Jetstream commit today, from a PDS listing or notifyOfUpdate
+// later. The store trusts its fields.
+type Change struct {
+	DID        syntax.DID
+	Collection syntax.NSID
+	RKey       syntax.RecordKey
+	Op         Operation
+	// Rev is the repo revision (a TID) of the commit; replays carry the
+	// same or an older rev and change nothing. Empty for records that come
+	// from a PDS listing, which carries no rev.
+	Rev string
+	CID string
+	// Record is the record's JSON; nil for deletes.
+	Record json.RawMessage
+	// Subject is the followed DID, set when Collection is a follow
+	// collection (read from the record's top-level "subject").
+	Subject syntax.DID
+	// CreatedAtUS is the record's createdAt in unix microseconds, 0 when
+	// absent or unparseable.
+	CreatedAtUS int64
+	// TimeUS is the indexed time: the event's time_us, never the wall
+	// clock, so a replayed stream builds the same database.
+	TimeUS int64
+}
+
+// SortKey is the feed position of a record: min(indexed time, createdAt),
+// so a backdated record sinks and a future-dated one cannot pin itself to
+// the top of a feed.
+func (c *Change) SortKey() int64 {
+	if c.CreatedAtUS > 0 && c.CreatedAtUS < c.TimeUS {
+		return c.CreatedAtUS
+	}
+	return c.TimeUS
+}
+
+// StreamCursor is a position in the Jetstream stream. It is stored in the
+// same transaction as the batch it covers and never goes backwards.
+type StreamCursor struct {
+	// TimeUS is the newest applied event's time_us.
+	TimeUS int64
+	// Seq is the server's per-event sequence (v2 servers), 0 when absent.
+	Seq int64
+	// Host is the Jetstream URL the sequence belongs to; a sequence is
+	// only meaningful on the host that issued it.
+	Host string
+}
+
+// Batch is a run of changes applied in one transaction, together with the
+// stream cursor that covers them.
+type Batch struct {
+	Changes []Change
+	// Cursor covers every change in the batch and any dropped frames that
+	// came with them. A zero Cursor leaves the stored cursor unchanged.
+	Cursor StreamCursor
+}
+
+// BatchResult counts what a batch did.
+type BatchResult struct {
+	Applied     int   // changes that changed the database
+	Duplicates  int   // replays: same or older rev, or a tombstoned record
+	Ignored     int   // changes in a collection no feed uses
+	FanoutRows  int64 // feed rows written by target creates
+	MergedRows  int64 // feed rows written by follow merges
+	RemovedRows int64 // feed rows removed by deletes and unfollows
+}

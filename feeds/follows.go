@@ -1,0 +1,144 @@
+package feeds
+
+import "fmt"
+
+// applyFollow stores a follow record and keeps the follower's feeds right:
+// a new followee's recent records are merged in, an unfollowed one's are
+// removed unless another follow record of the same subject remains.
+//
+// Revs are TIDs and sort as strings; a change whose rev is not newer than
+// what is stored (row or tombstone) is a replay and changes nothing.
+func (w *txWriter) applyFollow(c *Change, collID int64) error {
+	st := w.s.stmts
+	actorID, err := w.actorID(c.DID)
+	if err != nil {
+		return err
+	}
+	var oldSubject int64
+	var oldRev string
+	found, err := w.queryRow(st.followByKey, []any{actorID, collID, string(c.RKey)}, &oldSubject, &oldRev)
+	if err != nil {
+		return fmt.Errorf("look up follow: %w", err)
+	}
+
+	if c.Op == OpDelete {
+		if found && oldRev > c.Rev {
+			w.res.Duplicates++
+			return nil
+		}
+		if !found {
+			_, covers, err := w.tombstoned(actorID, collID, c.RKey, c.Rev)
+			if err != nil {
+				return err
+			}
+			if covers {
+				w.res.Duplicates++
+				return nil
+			}
+		}
+		if err := w.bury(actorID, collID, c); err != nil {
+			return err
+		}
+		if found {
+			if _, err := w.exec(st.deleteFollow, actorID, collID, string(c.RKey)); err != nil {
+				return fmt.Errorf("delete follow: %w", err)
+			}
+			if err := w.unfollowed(actorID, collID, oldSubject); err != nil {
+				return err
+			}
+		}
+		w.res.Applied++
+		return nil
+	}
+
+	if found && oldRev >= c.Rev {
+		w.res.Duplicates++
+		return nil
+	}
+	if !found {
+		exists, covers, err := w.tombstoned(actorID, collID, c.RKey, c.Rev)
+		if err != nil {
+			return err
+		}
+		if covers {
+			w.res.Duplicates++
+			return nil
+		}
+		if exists {
+			if _, err := w.exec(st.deleteTombstone, actorID, collID, string(c.RKey)); err != nil {
+				return fmt.Errorf("clear tombstone: %w", err)
+			}
+		}
+	}
+	subjectID, err := w.actorID(c.Subject)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !found:
+		if _, err := w.exec(st.insertFollow, actorID, collID, string(c.RKey), subjectID, c.Rev); err != nil {
+			return fmt.Errorf("insert follow: %w", err)
+		}
+		if err := w.followed(actorID, collID, subjectID); err != nil {
+			return err
+		}
+	default:
+		if _, err := w.exec(st.updateFollow, actorID, collID, string(c.RKey), subjectID, c.Rev); err != nil {
+			return fmt.Errorf("update follow: %w", err)
+		}
+		if subjectID != oldSubject {
+			if err := w.unfollowed(actorID, collID, oldSubject); err != nil {
+				return err
+			}
+			if err := w.followed(actorID, collID, subjectID); err != nil {
+				return err
+			}
+		}
+	}
+	w.res.Applied++
+	return nil
+}
+
+// followed merges the subject's newest stored records into every lane the
+// follow collection feeds. Following yourself is stored but never puts your
+// own records in your feed.
+func (w *txWriter) followed(viewerID, followCollID, subjectID int64) error {
+	if viewerID == subjectID {
+		return nil
+	}
+	for _, l := range w.s.lanesByFollow[followCollID] {
+		if l.mergeLimit == 0 {
+			continue
+		}
+		n, err := w.exec(w.s.stmts.merge, viewerID, l.id, subjectID, l.collectionID, l.mergeLimit)
+		if err != nil {
+			return fmt.Errorf("merge followee into feed %s: %w", l.feed, err)
+		}
+		w.res.MergedRows += n
+	}
+	return nil
+}
+
+// unfollowed removes the subject's records from the viewer's lanes, unless
+// another follow record of the same subject in the same collection remains.
+func (w *txWriter) unfollowed(viewerID, followCollID, subjectID int64) error {
+	if viewerID == subjectID {
+		return nil
+	}
+	var one int
+	remains, err := w.queryRow(w.s.stmts.followRemains, []any{subjectID, followCollID, viewerID}, &one)
+	if err != nil {
+		return fmt.Errorf("check remaining follows: %w", err)
+	}
+	if remains {
+		return nil
+	}
+	for _, l := range w.s.lanesByFollow[followCollID] {
+		n, err := w.exec(w.s.stmts.unmerge, viewerID, l.id, subjectID, l.collectionID)
+		if err != nil {
+			return fmt.Errorf("remove followee from feed %s: %w", l.feed, err)
+		}
+		w.res.RemovedRows += n
+	}
+	return nil
+}

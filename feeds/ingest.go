@@ -1,0 +1,164 @@
+package feeds
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// ApplyBatch applies a batch of changes and stores its cursor in one
+// immediate transaction. Either all of it is durable or none of it is, so
+// the stored cursor never covers a change that was lost.
+//
+// Pass a context that outlives shutdown (context.WithoutCancel) for the
+// final flush: a cancelled context aborts the transaction.
+func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
+	start := time.Now()
+	if s.stmts == nil {
+		st, err := prepareStatements(ctx, s.writer)
+		if err != nil {
+			return BatchResult{}, err
+		}
+		s.stmts = st
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return BatchResult{}, fmt.Errorf("begin batch: %w", err)
+	}
+	defer tx.Rollback()
+	w := &txWriter{s: s, ctx: ctx, tx: tx, bound: map[*sql.Stmt]*sql.Stmt{}}
+	for i := range b.Changes {
+		if err := w.apply(&b.Changes[i]); err != nil {
+			c := &b.Changes[i]
+			return BatchResult{}, fmt.Errorf("apply %s %s/%s/%s: %w", c.Op, c.DID, c.Collection, c.RKey, err)
+		}
+	}
+	if b.Cursor.TimeUS > 0 {
+		if err := saveCursor(ctx, tx, b.Cursor); err != nil {
+			return BatchResult{}, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return BatchResult{}, fmt.Errorf("commit batch: %w", err)
+	}
+	s.rememberActors(w.newActors)
+	if b.Cursor.TimeUS > 0 {
+		s.advanceCursor(b.Cursor)
+	}
+	s.metrics.observeBatch(w.res, time.Since(start), s.Cursor().TimeUS)
+	return w.res, nil
+}
+
+// txWriter applies changes inside one batch transaction.
+type txWriter struct {
+	s         *Store
+	ctx       context.Context
+	tx        *sql.Tx
+	bound     map[*sql.Stmt]*sql.Stmt
+	newActors map[syntax.DID]int64
+	res       BatchResult
+}
+
+// stmt binds a prepared statement to the batch transaction once.
+func (w *txWriter) stmt(st *sql.Stmt) *sql.Stmt {
+	if b, ok := w.bound[st]; ok {
+		return b
+	}
+	b := w.tx.StmtContext(w.ctx, st)
+	w.bound[st] = b
+	return b
+}
+
+func (w *txWriter) exec(st *sql.Stmt, args ...any) (int64, error) {
+	r, err := w.stmt(st).ExecContext(w.ctx, args...)
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
+}
+
+// queryRow scans one row; found is false when there is none.
+func (w *txWriter) queryRow(st *sql.Stmt, args []any, dest ...any) (found bool, err error) {
+	err = w.stmt(st).QueryRowContext(w.ctx, args...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (w *txWriter) apply(c *Change) error {
+	if collID, ok := w.s.followColls[c.Collection]; ok {
+		return w.applyFollow(c, collID)
+	}
+	if collID, ok := w.s.targetColls[c.Collection]; ok {
+		return w.applyTarget(c, collID)
+	}
+	// Not a collection any feed uses (the stream filter should not send
+	// these); nothing to store.
+	w.res.Ignored++
+	return nil
+}
+
+// actorID interns a DID. Ids inserted by this transaction are kept aside
+// until it commits.
+func (w *txWriter) actorID(did syntax.DID) (int64, error) {
+	if id, ok := w.s.actorIDs[did]; ok {
+		return id, nil
+	}
+	if id, ok := w.newActors[did]; ok {
+		return id, nil
+	}
+	var id int64
+	found, err := w.queryRow(w.s.stmts.actorByDID, []any{string(did)}, &id)
+	if err != nil {
+		return 0, fmt.Errorf("look up actor: %w", err)
+	}
+	if found {
+		w.s.cacheActor(did, id)
+		return id, nil
+	}
+	if _, err := w.queryRow(w.s.stmts.insertActor, []any{string(did)}, &id); err != nil {
+		return 0, fmt.Errorf("insert actor: %w", err)
+	}
+	if w.newActors == nil {
+		w.newActors = map[syntax.DID]int64{}
+	}
+	w.newActors[did] = id
+	return id, nil
+}
+
+// tombstoned reports whether a delete at least as new as rev is recorded
+// for the key: then a create or update with rev is a replay.
+func (w *txWriter) tombstoned(actorID, collID int64, rkey syntax.RecordKey, rev string) (exists, covers bool, err error) {
+	var tsRev string
+	found, err := w.queryRow(w.s.stmts.tombstoneByKey, []any{actorID, collID, string(rkey)}, &tsRev)
+	if err != nil {
+		return false, false, fmt.Errorf("look up tombstone: %w", err)
+	}
+	return found, found && tsRev >= rev, nil
+}
+
+func (w *txWriter) bury(actorID, collID int64, c *Change) error {
+	_, err := w.exec(w.s.stmts.upsertTombstone, actorID, collID, string(c.RKey), c.Rev, c.TimeUS)
+	if err != nil {
+		return fmt.Errorf("write tombstone: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) cacheActor(did syntax.DID, id int64) {
+	if len(s.actorIDs) >= maxCachedActors {
+		s.actorIDs = make(map[syntax.DID]int64, maxCachedActors/4)
+	}
+	s.actorIDs[did] = id
+}
+
+func (s *Store) rememberActors(ids map[syntax.DID]int64) {
+	for did, id := range ids {
+		s.cacheActor(did, id)
+	}
+}

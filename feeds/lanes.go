@@ -1,0 +1,81 @@
+package feeds
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// syncLanes writes the configured feeds into feed_targets, interning their
+// collections, and loads the lanes into memory. A lane that left the
+// configuration is disabled (its rows stay until pruned) rather than
+// deleted in one large statement at start.
+func (s *Store) syncLanes(ctx context.Context, feeds []Feed) error {
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE feed_targets SET enabled = 0`); err != nil {
+		return err
+	}
+	for _, f := range feeds {
+		followID, err := internCollection(ctx, tx, f.FollowCollection)
+		if err != nil {
+			return err
+		}
+		s.followColls[f.FollowCollection] = followID
+		for _, t := range f.Targets {
+			collID, err := internCollection(ctx, tx, t.Collection)
+			if err != nil {
+				return err
+			}
+			s.targetColls[t.Collection] = collID
+			var id int64
+			err = tx.QueryRowContext(ctx, `
+				INSERT INTO feed_targets (feed, collection_id, follow_collection_id, cap, merge_limit, enabled)
+				VALUES (?, ?, ?, ?, ?, 1)
+				ON CONFLICT (feed, collection_id) DO UPDATE SET
+					follow_collection_id = excluded.follow_collection_id,
+					cap = excluded.cap,
+					merge_limit = excluded.merge_limit,
+					enabled = 1
+				RETURNING id`,
+				f.Name, collID, followID, t.Cap, f.MergeLimit).Scan(&id)
+			if err != nil {
+				return fmt.Errorf("feed %q target %s: %w", f.Name, t.Collection, err)
+			}
+			s.lanes = append(s.lanes, lane{
+				id: id, feed: f.Name,
+				collection: t.Collection, collectionID: collID,
+				followCollection: f.FollowCollection, followCollID: followID,
+				cap: t.Cap, mergeLimit: f.MergeLimit,
+			})
+		}
+	}
+	for nsid := range s.followColls {
+		if _, both := s.targetColls[nsid]; both {
+			return fmt.Errorf("collection %s is a follow collection in one feed and a target in another", nsid)
+		}
+	}
+	for i := range s.lanes {
+		l := &s.lanes[i]
+		s.laneByKey[laneKey{l.feed, l.collection}] = l
+		s.lanesByFollow[l.followCollID] = append(s.lanesByFollow[l.followCollID], l)
+	}
+	return tx.Commit()
+}
+
+func internCollection(ctx context.Context, tx *sql.Tx, nsid syntax.NSID) (int64, error) {
+	var id int64
+	err := tx.QueryRowContext(ctx, `
+		INSERT INTO collections (nsid) VALUES (?)
+		ON CONFLICT (nsid) DO UPDATE SET nsid = excluded.nsid
+		RETURNING id`, string(nsid)).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("intern collection %s: %w", nsid, err)
+	}
+	return id, nil
+}

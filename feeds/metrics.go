@@ -1,0 +1,63 @@
+package feeds
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics counts what ingest does to the database. A nil *Metrics is a
+// valid no-op, so tests need no registry.
+type Metrics struct {
+	batches      prometheus.Counter
+	commitTime   prometheus.Histogram
+	changes      *prometheus.CounterVec
+	feedRows     *prometheus.CounterVec
+	cursorTimeUS prometheus.Gauge
+}
+
+// NewMetrics registers the ingest metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		batches: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "appview", Subsystem: "ingest", Name: "batches_total",
+			Help: "Batches committed, each one transaction with its cursor.",
+		}),
+		commitTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "appview", Subsystem: "ingest", Name: "batch_seconds",
+			Help:    "Time to apply and commit one batch.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "appview", Subsystem: "ingest", Name: "changes_total",
+			Help: "Record changes by outcome: applied, duplicate (replay or stale rev), ignored.",
+		}, []string{"outcome"}),
+		feedRows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "appview", Subsystem: "feed", Name: "rows_total",
+			Help: "Feed rows written or removed, by operation: fanout, merge, remove.",
+		}, []string{"operation"}),
+		cursorTimeUS: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "appview", Subsystem: "ingest", Name: "cursor_time_us",
+			Help: "time_us of the last committed stream cursor (unix microseconds).",
+		}),
+	}
+	reg.MustRegister(m.batches, m.commitTime, m.changes, m.feedRows, m.cursorTimeUS)
+	return m
+}
+
+func (m *Metrics) observeBatch(r BatchResult, took time.Duration, cursorTimeUS int64) {
+	if m == nil {
+		return
+	}
+	m.batches.Inc()
+	m.commitTime.Observe(took.Seconds())
+	m.changes.WithLabelValues("applied").Add(float64(r.Applied))
+	m.changes.WithLabelValues("duplicate").Add(float64(r.Duplicates))
+	m.changes.WithLabelValues("ignored").Add(float64(r.Ignored))
+	m.feedRows.WithLabelValues("fanout").Add(float64(r.FanoutRows))
+	m.feedRows.WithLabelValues("merge").Add(float64(r.MergedRows))
+	m.feedRows.WithLabelValues("remove").Add(float64(r.RemovedRows))
+	if cursorTimeUS > 0 {
+		m.cursorTimeUS.Set(float64(cursorTimeUS))
+	}
+}

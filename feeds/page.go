@@ -1,0 +1,44 @@
+package feeds
+
+import (
+	"encoding/json"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// PageKey is the position of an item in a feed: its sort key and the
+// record id as a unique tiebreaker, compared as a row value so the primary
+// key index serves pagination and items that share a timestamp are never
+// skipped.
+type PageKey struct {
+	SortUS   int64
+	RecordID int64
+}
+
+// PageQuery asks for one page of a viewer's feed, newest first.
+type PageQuery struct {
+	Feed       string
+	Viewer     syntax.DID
+	Collection syntax.NSID
+	Limit      int
+	// Before, when set, returns items strictly older than this key.
+	Before *PageKey
+}
+
+// Item is one record in a feed page.
+type Item struct {
+	URI        string
+	CID        string
+	DID        string
+	Collection string
+	RKey       string
+	TimeUS     int64
+	Value      json.RawMessage
+	Key        PageKey
+}
+
+// Page is a run of items; Next is set when more items may follow.
+type Page struct {
+	Items []Item
+	Next  *PageKey
+}

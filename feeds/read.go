@@ -1,0 +1,79 @@
+package feeds
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// readPageSQL reads one page straight off the feed_items primary key
+// (viewer, lane, sort_us, record_id) in reverse: the row-value comparison
+// lets the index seek to the cursor, so a page costs the same however long
+// the feed is and never sorts it.
+const readPageSQL = `
+	SELECT fi.sort_us, fi.record_id, a.did, c.nsid, r.rkey, r.cid, r.indexed_us, r.body
+	FROM feed_items fi
+	JOIN records r ON r.id = fi.record_id
+	JOIN actors a ON a.id = r.actor_id
+	JOIN collections c ON c.id = r.collection_id
+	WHERE fi.viewer_id = ?1 AND fi.target_id = ?2 AND (fi.sort_us, fi.record_id) < (?3, ?4)
+	ORDER BY fi.sort_us DESC, fi.record_id DESC
+	LIMIT ?5`
+
+// ReadFeed returns one page of a viewer's feed, newest first. A viewer the
+// store has never seen has an empty feed. It returns ErrUnknownLane for a
+// feed or collection the configuration does not declare.
+func (s *Store) ReadFeed(ctx context.Context, q PageQuery) (Page, error) {
+	l, ok := s.laneByKey[laneKey{q.Feed, q.Collection}]
+	if !ok {
+		return Page{}, ErrUnknownLane
+	}
+	if q.Limit <= 0 {
+		return Page{}, fmt.Errorf("read feed: limit must be positive")
+	}
+	var viewerID int64
+	err := s.reader.QueryRowContext(ctx, `SELECT id FROM actors WHERE did = ?`, string(q.Viewer)).Scan(&viewerID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Page{Items: []Item{}}, nil
+	}
+	if err != nil {
+		return Page{}, fmt.Errorf("look up viewer: %w", err)
+	}
+	before := PageKey{SortUS: math.MaxInt64, RecordID: math.MaxInt64}
+	if q.Before != nil {
+		before = *q.Before
+	}
+	// One row more than asked tells whether another page exists.
+	rows, err := s.reader.QueryContext(ctx, readPageSQL, viewerID, l.id, before.SortUS, before.RecordID, q.Limit+1)
+	if err != nil {
+		return Page{}, fmt.Errorf("read feed page: %w", err)
+	}
+	defer rows.Close()
+	items := make([]Item, 0, q.Limit)
+	more := false
+	for rows.Next() {
+		if len(items) == q.Limit {
+			more = true
+			break
+		}
+		var it Item
+		var body string
+		if err := rows.Scan(&it.Key.SortUS, &it.Key.RecordID, &it.DID, &it.Collection, &it.RKey, &it.CID, &it.TimeUS, &body); err != nil {
+			return Page{}, fmt.Errorf("read feed row: %w", err)
+		}
+		it.Value = []byte(body)
+		it.URI = "at://" + it.DID + "/" + it.Collection + "/" + it.RKey
+		items = append(items, it)
+	}
+	if err := rows.Err(); err != nil {
+		return Page{}, fmt.Errorf("read feed page: %w", err)
+	}
+	page := Page{Items: items}
+	if more {
+		last := items[len(items)-1].Key
+		page.Next = &last
+	}
+	return page, nil
+}

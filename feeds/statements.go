@@ -1,0 +1,102 @@
+package feeds
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// writeSQL holds every statement of the ingest hot path. They are prepared
+// once on the single writer connection and bound to each batch transaction,
+// so a batch parses no SQL.
+var writeSQL = struct {
+	actorByDID, insertActor                               string
+	followByKey, insertFollow, updateFollow, deleteFollow string
+	followRemains                                         string
+	recordByKey, insertRecord, updateRecord, deleteRecord string
+	tombstoneByKey, upsertTombstone, deleteTombstone      string
+	fanout, merge, unmerge, unfeedRecord                  string
+}{
+	actorByDID:  `SELECT id FROM actors WHERE did = ?`,
+	insertActor: `INSERT INTO actors (did) VALUES (?) RETURNING id`,
+
+	followByKey:   `SELECT subject_id, rev FROM follows WHERE actor_id = ? AND collection_id = ? AND rkey = ?`,
+	insertFollow:  `INSERT INTO follows (actor_id, collection_id, rkey, subject_id, rev) VALUES (?, ?, ?, ?, ?)`,
+	updateFollow:  `UPDATE follows SET subject_id = ?4, rev = ?5 WHERE actor_id = ?1 AND collection_id = ?2 AND rkey = ?3`,
+	deleteFollow:  `DELETE FROM follows WHERE actor_id = ? AND collection_id = ? AND rkey = ?`,
+	followRemains: `SELECT 1 FROM follows WHERE subject_id = ? AND collection_id = ? AND actor_id = ? LIMIT 1`,
+
+	recordByKey: `SELECT id, rev FROM records WHERE actor_id = ? AND collection_id = ? AND rkey = ?`,
+	insertRecord: `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+	updateRecord: `UPDATE records SET cid = ?2, rev = ?3, body = ?4 WHERE id = ?1`,
+	deleteRecord: `DELETE FROM records WHERE id = ?`,
+
+	tombstoneByKey: `SELECT rev FROM tombstones WHERE actor_id = ? AND collection_id = ? AND rkey = ?`,
+	upsertTombstone: `INSERT INTO tombstones (actor_id, collection_id, rkey, rev, deleted_us) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (actor_id, collection_id, rkey) DO UPDATE SET rev = excluded.rev, deleted_us = excluded.deleted_us
+		WHERE excluded.rev > tombstones.rev`,
+	deleteTombstone: `DELETE FROM tombstones WHERE actor_id = ? AND collection_id = ? AND rkey = ?`,
+
+	// fanout is the one statement that turns a target write into feed rows:
+	// every lane carrying the collection, joined with every follower of the
+	// author through follows_by_subject. Who counts as a recipient is
+	// decided here and nowhere else (see audience.go). Duplicate follow
+	// records of one subject collapse on the primary key.
+	fanout: `INSERT OR IGNORE INTO feed_items (viewer_id, target_id, sort_us, record_id)
+		SELECT f.actor_id, t.id, ?3, ?4
+		FROM feed_targets t
+		JOIN follows f ON f.subject_id = ?1 AND f.collection_id = t.follow_collection_id
+		WHERE t.collection_id = ?2 AND t.enabled = 1 AND f.actor_id <> ?1` + audienceFilter,
+
+	// merge brings a new followee's newest stored records into one lane of
+	// the follower's feed.
+	merge: `INSERT OR IGNORE INTO feed_items (viewer_id, target_id, sort_us, record_id)
+		SELECT ?1, ?2, r.sort_us, r.id FROM records r
+		WHERE r.actor_id = ?3 AND r.collection_id = ?4
+		ORDER BY r.sort_us DESC LIMIT ?5`,
+
+	// unmerge removes an unfollowed account's items from one lane.
+	unmerge: `DELETE FROM feed_items
+		WHERE viewer_id = ?1 AND target_id = ?2
+		AND record_id IN (SELECT id FROM records WHERE actor_id = ?3 AND collection_id = ?4)`,
+
+	// unfeedRecord reaches every feed holding a record through
+	// feed_items_by_record, never a scan of the feed table.
+	unfeedRecord: `DELETE FROM feed_items WHERE record_id = ?`,
+}
+
+type statements struct {
+	actorByDID, insertActor                               *sql.Stmt
+	followByKey, insertFollow, updateFollow, deleteFollow *sql.Stmt
+	followRemains                                         *sql.Stmt
+	recordByKey, insertRecord, updateRecord, deleteRecord *sql.Stmt
+	tombstoneByKey, upsertTombstone, deleteTombstone      *sql.Stmt
+	fanout, merge, unmerge, unfeedRecord                  *sql.Stmt
+}
+
+func prepareStatements(ctx context.Context, db *sql.DB) (*statements, error) {
+	st := &statements{}
+	for _, p := range []struct {
+		dst **sql.Stmt
+		sql string
+	}{
+		{&st.actorByDID, writeSQL.actorByDID}, {&st.insertActor, writeSQL.insertActor},
+		{&st.followByKey, writeSQL.followByKey}, {&st.insertFollow, writeSQL.insertFollow},
+		{&st.updateFollow, writeSQL.updateFollow}, {&st.deleteFollow, writeSQL.deleteFollow},
+		{&st.followRemains, writeSQL.followRemains},
+		{&st.recordByKey, writeSQL.recordByKey}, {&st.insertRecord, writeSQL.insertRecord},
+		{&st.updateRecord, writeSQL.updateRecord}, {&st.deleteRecord, writeSQL.deleteRecord},
+		{&st.tombstoneByKey, writeSQL.tombstoneByKey}, {&st.upsertTombstone, writeSQL.upsertTombstone},
+		{&st.deleteTombstone, writeSQL.deleteTombstone},
+		{&st.fanout, writeSQL.fanout}, {&st.merge, writeSQL.merge},
+		{&st.unmerge, writeSQL.unmerge}, {&st.unfeedRecord, writeSQL.unfeedRecord},
+	} {
+		s, err := db.PrepareContext(ctx, p.sql)
+		if err != nil {
+			return nil, fmt.Errorf("prepare %q: %w", p.sql, err)
+		}
+		*p.dst = s
+	}
+	return st, nil
+}

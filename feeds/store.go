@@ -1,0 +1,188 @@
+package feeds
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/atfeeds/appview/schema"
+)
+
+// Feed is a configured feed: the follow collection whose records say who
+// follows whom, and the target collections fanned out to followers.
+type Feed struct {
+	Name             string
+	FollowCollection syntax.NSID
+	// MergeLimit is how many of a followee's newest stored targets are
+	// merged into a follower's feed when the follow is created.
+	MergeLimit int
+	Targets    []Target
+}
+
+// Target is one collection a feed carries, with the number of items each
+// viewer keeps.
+type Target struct {
+	Collection syntax.NSID
+	Cap        int
+}
+
+// Options configures Open.
+type Options struct {
+	Path    string
+	Feeds   []Feed
+	Logger  *slog.Logger
+	Metrics *Metrics
+	// ReadConns is the size of the read pool serving feed pages.
+	ReadConns int
+}
+
+// Store is the daemon's SQLite database: one writer connection that applies
+// batches in immediate transactions, and a separate read pool for pages, so
+// readers never wait on the writer and the writer never sees
+// "database is locked".
+type Store struct {
+	writer  *sql.DB
+	reader  *sql.DB
+	log     *slog.Logger
+	metrics *Metrics
+
+	lanes         []lane
+	laneByKey     map[laneKey]*lane
+	followColls   map[syntax.NSID]int64 // follow collection → collection id
+	targetColls   map[syntax.NSID]int64 // target collection → collection id
+	lanesByFollow map[int64][]*lane     // follow collection id → lanes it feeds
+
+	// actorIDs caches interned DIDs for the writer. Only committed ids
+	// enter it, so a rolled-back batch cannot leave a dangling id behind.
+	actorIDs map[syntax.DID]int64
+	stmts    *statements // prepared on the writer at the first batch
+
+	mu     sync.Mutex
+	cursor StreamCursor // last committed stream cursor
+}
+
+// lane is one (feed, target collection) pair: the unit that holds items and
+// has a cap.
+type lane struct {
+	id               int64
+	feed             string
+	collection       syntax.NSID
+	collectionID     int64
+	followCollection syntax.NSID
+	followCollID     int64
+	cap              int
+	mergeLimit       int
+}
+
+type laneKey struct {
+	feed       string
+	collection syntax.NSID
+}
+
+// maxCachedActors bounds the writer's DID cache; past it the cache starts
+// over rather than growing with the network.
+const maxCachedActors = 500_000
+
+// ErrUnknownLane is returned for a feed or collection the config does not
+// declare.
+var ErrUnknownLane = errors.New("unknown feed or collection")
+
+// Open opens (creating if needed) the database at opts.Path, applies the
+// schema migrations and syncs the configured feeds into lanes.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ReadConns <= 0 {
+		opts.ReadConns = 4
+	}
+	writer, err := sql.Open("sqlite", dsn(opts.Path, false))
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	writer.SetMaxOpenConns(1)
+	writer.SetMaxIdleConns(1)
+	writer.SetConnMaxLifetime(0)
+	writer.SetConnMaxIdleTime(0)
+	s := &Store{
+		writer:        writer,
+		log:           opts.Logger.With("component", "feeds"),
+		metrics:       opts.Metrics,
+		laneByKey:     map[laneKey]*lane{},
+		followColls:   map[syntax.NSID]int64{},
+		targetColls:   map[syntax.NSID]int64{},
+		lanesByFollow: map[int64][]*lane{},
+		actorIDs:      map[syntax.DID]int64{},
+	}
+	if err := s.init(ctx, opts); err != nil {
+		writer.Close()
+		return nil, err
+	}
+	reader, err := sql.Open("sqlite", dsn(opts.Path, true))
+	if err != nil {
+		writer.Close()
+		return nil, fmt.Errorf("open read pool: %w", err)
+	}
+	reader.SetMaxOpenConns(opts.ReadConns)
+	reader.SetMaxIdleConns(opts.ReadConns)
+	s.reader = reader
+	return s, nil
+}
+
+// dsn puts every pragma in the connection string so each pooled connection
+// gets it; a PRAGMA run on a pool reaches one connection only.
+func dsn(path string, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(5000)")
+	q.Add("_pragma", "journal_mode(wal)")
+	q.Add("_pragma", "synchronous(normal)")
+	q.Add("_pragma", "foreign_keys(on)")
+	q.Add("_pragma", "temp_store(memory)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+		q.Add("_pragma", "cache_size(-8192)")
+	} else {
+		q.Add("_pragma", "cache_size(-32768)")
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + path + "?" + q.Encode()
+}
+
+func (s *Store) init(ctx context.Context, opts Options) error {
+	var mode string
+	if err := s.writer.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("read journal mode: %w", err)
+	}
+	if mode != "wal" {
+		return fmt.Errorf("open database: journal_mode is %q, want wal (is the file on a filesystem without shared memory?)", mode)
+	}
+	if err := schema.Migrate(ctx, s.writer); err != nil {
+		return fmt.Errorf("migrate database: %w", err)
+	}
+	if err := s.syncLanes(ctx, opts.Feeds); err != nil {
+		return fmt.Errorf("sync feeds: %w", err)
+	}
+	cur, err := s.loadCursor(ctx)
+	if err != nil {
+		return err
+	}
+	s.cursor = cur
+	return nil
+}
+
+// Close closes both pools. The caller stops writing first.
+func (s *Store) Close() error {
+	var errs []error
+	if s.reader != nil {
+		errs = append(errs, s.reader.Close())
+	}
+	errs = append(errs, s.writer.Close())
+	return errors.Join(errs...)
+}

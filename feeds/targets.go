@@ -1,0 +1,92 @@
+package feeds
+
+import "fmt"
+
+// applyTarget stores a target record and fans it out. A create inserts the
+// record and, in one INSERT … SELECT, a feed row for every viewer following
+// the author. An update of a stored record rewrites its body in place (its
+// feed position stays). A delete removes it from every feed through
+// feed_items_by_record and leaves a tombstone against replays.
+func (w *txWriter) applyTarget(c *Change, collID int64) error {
+	st := w.s.stmts
+	actorID, err := w.actorID(c.DID)
+	if err != nil {
+		return err
+	}
+	var recordID int64
+	var oldRev string
+	found, err := w.queryRow(st.recordByKey, []any{actorID, collID, string(c.RKey)}, &recordID, &oldRev)
+	if err != nil {
+		return fmt.Errorf("look up record: %w", err)
+	}
+
+	if c.Op == OpDelete {
+		if found && oldRev > c.Rev {
+			w.res.Duplicates++
+			return nil
+		}
+		if !found {
+			_, covers, err := w.tombstoned(actorID, collID, c.RKey, c.Rev)
+			if err != nil {
+				return err
+			}
+			if covers {
+				w.res.Duplicates++
+				return nil
+			}
+		}
+		if err := w.bury(actorID, collID, c); err != nil {
+			return err
+		}
+		if found {
+			n, err := w.exec(st.unfeedRecord, recordID)
+			if err != nil {
+				return fmt.Errorf("remove record from feeds: %w", err)
+			}
+			w.res.RemovedRows += n
+			if _, err := w.exec(st.deleteRecord, recordID); err != nil {
+				return fmt.Errorf("delete record: %w", err)
+			}
+		}
+		w.res.Applied++
+		return nil
+	}
+
+	if found {
+		if oldRev >= c.Rev {
+			w.res.Duplicates++
+			return nil
+		}
+		if _, err := w.exec(st.updateRecord, recordID, c.CID, c.Rev, string(c.Record)); err != nil {
+			return fmt.Errorf("update record: %w", err)
+		}
+		w.res.Applied++
+		return nil
+	}
+	exists, covers, err := w.tombstoned(actorID, collID, c.RKey, c.Rev)
+	if err != nil {
+		return err
+	}
+	if covers {
+		w.res.Duplicates++
+		return nil
+	}
+	if exists {
+		if _, err := w.exec(st.deleteTombstone, actorID, collID, string(c.RKey)); err != nil {
+			return fmt.Errorf("clear tombstone: %w", err)
+		}
+	}
+	sortUS := c.SortKey()
+	if _, err := w.queryRow(st.insertRecord,
+		[]any{actorID, collID, string(c.RKey), c.CID, c.Rev, sortUS, c.TimeUS, c.CreatedAtUS, string(c.Record)},
+		&recordID); err != nil {
+		return fmt.Errorf("insert record: %w", err)
+	}
+	n, err := w.exec(st.fanout, actorID, collID, sortUS, recordID)
+	if err != nil {
+		return fmt.Errorf("fan out: %w", err)
+	}
+	w.res.FanoutRows += n
+	w.res.Applied++
+	return nil
+}
