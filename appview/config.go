@@ -1,0 +1,255 @@
+package appview
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"slices"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole configuration of the daemon. Start from
+// DefaultConfig; a YAML file only overrides the keys it names.
+type Config struct {
+	Database  DatabaseConfig  `yaml:"database"`
+	Jetstream JetstreamConfig `yaml:"jetstream"`
+	Ingest    IngestConfig    `yaml:"ingest"`
+	HTTP      HTTPConfig      `yaml:"http"`
+	XRPC      XRPCConfig      `yaml:"xrpc"`
+	Log       LogConfig       `yaml:"log"`
+	// Feeds replaces the default list as a whole when the file names it.
+	// An empty list is valid: the daemon then fans nothing out.
+	Feeds []FeedConfig `yaml:"feeds"`
+}
+
+// DatabaseConfig locates the SQLite database.
+type DatabaseConfig struct {
+	Path string `yaml:"path"`
+}
+
+// JetstreamConfig describes the upstream firehose connection.
+type JetstreamConfig struct {
+	// URLs are tried in order; the consumer moves to the next one when a
+	// connection fails.
+	URLs []string `yaml:"urls"`
+	// Rewind is subtracted from the stored cursor on reconnect: delivery
+	// is at-least-once and every write is idempotent.
+	Rewind time.Duration `yaml:"rewind"`
+	// Compression asks for permessage-deflate websocket compression.
+	Compression   bool          `yaml:"compression"`
+	MaxFrameBytes int64         `yaml:"max_frame_bytes"`
+	ReadTimeout   time.Duration `yaml:"read_timeout"`
+	// QueueSize bounds the channel between the read loop and the writer.
+	QueueSize int `yaml:"queue_size"`
+}
+
+// IngestConfig describes how events are batched into transactions. A batch
+// is flushed at BatchSize events or after BatchInterval, whichever comes
+// first.
+type IngestConfig struct {
+	BatchSize     int           `yaml:"batch_size"`
+	BatchInterval time.Duration `yaml:"batch_interval"`
+	// IndexAll makes every account whose follows are stored a viewer.
+	IndexAll bool `yaml:"index_all"`
+}
+
+// HTTPConfig describes the XRPC listener.
+type HTTPConfig struct {
+	Listen string `yaml:"listen"`
+}
+
+// XRPCConfig names the served methods.
+type XRPCConfig struct {
+	// Namespace is the NSID prefix of the methods: Namespace+".getFeed"
+	// is served.
+	Namespace string `yaml:"namespace"`
+}
+
+// LogConfig describes the slog handler.
+type LogConfig struct {
+	Level  string `yaml:"level"`  // debug, info, warn or error
+	Format string `yaml:"format"` // text or json
+}
+
+// FeedConfig is one feed: who follows whom (FollowCollection, whose
+// records name the followed DID in $.subject) and which records of the
+// followed accounts land in the follower's feed (Targets).
+type FeedConfig struct {
+	// Name is the feed's name in requests; URL-safe and unique.
+	Name             string `yaml:"name"`
+	FollowCollection string `yaml:"follow_collection"`
+	// MergeLimit is how many of a followee's newest stored targets are
+	// merged into the follower's feed on a new follow; 0 merges none.
+	// Defaults to 100 when a feed in the file omits it.
+	MergeLimit int            `yaml:"merge_limit"`
+	Targets    []TargetConfig `yaml:"targets"`
+}
+
+// TargetConfig is one collection fanned out into a feed.
+type TargetConfig struct {
+	Collection string `yaml:"collection"`
+	// Cap is how many items of this collection a viewer's feed keeps.
+	// Defaults to 200 when a target in the file omits it.
+	Cap int `yaml:"cap"`
+}
+
+const (
+	defaultMergeLimit = 100
+	defaultTargetCap  = 200
+)
+
+// DefaultConfig returns the configuration used when no file is given. Each
+// call returns fresh slices, so callers may modify the result.
+func DefaultConfig() Config {
+	return Config{
+		Database: DatabaseConfig{Path: "./appview.db"},
+		Jetstream: JetstreamConfig{
+			URLs: []string{
+				"wss://jetstream2.us-east.bsky.network/subscribe",
+				"wss://jetstream1.us-east.bsky.network/subscribe",
+				"wss://jetstream1.us-west.bsky.network/subscribe",
+				"wss://jetstream2.us-west.bsky.network/subscribe",
+			},
+			Rewind:        5 * time.Second,
+			Compression:   true,
+			MaxFrameBytes: 1 << 20,
+			ReadTimeout:   60 * time.Second,
+			QueueSize:     4096,
+		},
+		Ingest: IngestConfig{
+			BatchSize:     1000,
+			BatchInterval: 100 * time.Millisecond,
+			IndexAll:      true,
+		},
+		HTTP: HTTPConfig{Listen: ":8080"},
+		XRPC: XRPCConfig{Namespace: "com.example.appview"},
+		Log:  LogConfig{Level: "info", Format: "text"},
+		Feeds: []FeedConfig{{
+			Name:             "following",
+			FollowCollection: "app.bsky.graph.follow",
+			MergeLimit:       defaultMergeLimit,
+			Targets: []TargetConfig{{
+				Collection: "app.bsky.feed.post",
+				Cap:        defaultTargetCap,
+			}},
+		}},
+	}
+}
+
+// LoadConfig reads the YAML file at path with ParseConfig. An empty path
+// means DefaultConfig.
+func LoadConfig(path string) (Config, error) {
+	if path == "" {
+		return DefaultConfig(), nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	cfg, err := ParseConfig(bytes.NewReader(data))
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig decodes one YAML document over DefaultConfig and validates
+// the result. Keys left out keep their defaults; an empty document is the
+// default configuration. Unknown keys, empty (null) values and durations
+// without a unit ("5" instead of "5s") are errors that name the key.
+func ParseConfig(r io.Reader) (Config, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+
+	// First pass: the node tree, checked against the struct for unknown
+	// keys, nulls and unit-less durations, so errors carry the full key
+	// path instead of a Go type name.
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return DefaultConfig(), nil
+		}
+		return Config{}, fmt.Errorf("parse config: %w", err)
+	}
+	switch err := dec.Decode(new(yaml.Node)); {
+	case err == nil:
+		return Config{}, errors.New("parse config: more than one YAML document")
+	case !errors.Is(err, io.EOF):
+		return Config{}, fmt.Errorf("parse config: %w", err)
+	}
+	if err := checkDocument(&doc, reflect.TypeFor[Config]()); err != nil {
+		return Config{}, err
+	}
+
+	// Second pass: the real decode, still strict as a backstop.
+	cfg := DefaultConfig()
+	dec = yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("decode config: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// UnmarshalYAML decodes a feed, defaulting an omitted merge_limit. It
+// uses the callback form on purpose: the callback keeps the outer
+// decoder's KnownFields setting, yaml.Node.Decode would drop it.
+func (f *FeedConfig) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain FeedConfig // no methods, so no recursion
+	p := plain{MergeLimit: defaultMergeLimit}
+	if err := unmarshal(&p); err != nil {
+		return err
+	}
+	*f = FeedConfig(p)
+	return nil
+}
+
+// UnmarshalYAML decodes a target, defaulting an omitted cap; an explicit
+// cap of 0 stays 0 and fails validation.
+func (t *TargetConfig) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain TargetConfig
+	p := plain{Cap: defaultTargetCap}
+	if err := unmarshal(&p); err != nil {
+		return err
+	}
+	*t = TargetConfig(p)
+	return nil
+}
+
+// WantedCollections returns the sorted union of every feed's follow and
+// target collections: what the Jetstream subscription must ask for. It is
+// empty when there are no feeds; Jetstream reads an empty
+// wantedCollections as "everything", so do not subscribe with it as is.
+func (c Config) WantedCollections() []string {
+	var out []string
+	for _, f := range c.Feeds {
+		out = append(out, f.FollowCollection)
+		for _, t := range f.Targets {
+			out = append(out, t.Collection)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// FollowCollections returns the sorted, de-duplicated follow collections
+// of all feeds.
+func (c Config) FollowCollections() []string {
+	var out []string
+	for _, f := range c.Feeds {
+		out = append(out, f.FollowCollection)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}

@@ -1,0 +1,383 @@
+package appview
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+const exampleConfigPath = "../config.example.yaml"
+
+// The example file documents every key with its default; decoding it must
+// give exactly DefaultConfig, so the two cannot drift apart.
+func TestExampleConfigIsDefault(t *testing.T) {
+	cfg, err := LoadConfig(exampleConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := DefaultConfig(); !reflect.DeepEqual(cfg, want) {
+		t.Fatalf("example config differs from DefaultConfig:\n got %+v\nwant %+v", cfg, want)
+	}
+}
+
+// Every key of Config appears in the example file, so a new field cannot
+// be added without documenting it.
+func TestExampleConfigNamesEveryKey(t *testing.T) {
+	data, err := os.ReadFile(exampleConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var walk func(reflect.Type)
+	walk = func(typ reflect.Type) {
+		fields, names := yamlFields(typ)
+		for _, name := range names {
+			if !strings.Contains(string(data), name+":") {
+				t.Errorf("config.example.yaml lacks key %q of %s", name, typ)
+			}
+			ft := fields[name]
+			if ft.Kind() == reflect.Slice {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				walk(ft)
+			}
+		}
+	}
+	walk(reflect.TypeFor[Config]())
+}
+
+func TestDefaultConfig(t *testing.T) {
+	cfg := DefaultConfig()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("default config invalid: %v", err)
+	}
+	// Fresh slices on every call: changing one result leaves the next alone.
+	cfg.Jetstream.URLs[0] = "changed"
+	cfg.Feeds[0].Targets[0].Cap = 1
+	if again := DefaultConfig(); again.Jetstream.URLs[0] == "changed" || again.Feeds[0].Targets[0].Cap != 200 {
+		t.Fatal("DefaultConfig shares slices between calls")
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	cfg, err := LoadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg, DefaultConfig()) {
+		t.Fatal(`LoadConfig("") is not DefaultConfig`)
+	}
+
+	dir := t.TempDir()
+	if _, err := LoadConfig(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Fatalf("missing file: got error %v", err)
+	}
+
+	path := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(path, []byte("http:\n  listen: \"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = LoadConfig(path)
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "http.listen: must not be empty") {
+		t.Fatalf("invalid file: got error %v", err)
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		// want edits DefaultConfig into the expected result; nil when an
+		// error is expected.
+		want func(*Config)
+		// errs are substrings the error must contain.
+		errs []string
+	}{
+		{name: "empty", yaml: "", want: func(*Config) {}},
+		{name: "comments only", yaml: "# nothing here\n", want: func(*Config) {}},
+		{name: "document marker only", yaml: "---\n", want: func(*Config) {}},
+		{
+			name: "override keeps sibling defaults",
+			yaml: "database:\n  path: /var/lib/appview.db\njetstream:\n  rewind: 0s\n",
+			want: func(c *Config) {
+				c.Database.Path = "/var/lib/appview.db"
+				c.Jetstream.Rewind = 0
+			},
+		},
+		{
+			name: "durations with units",
+			yaml: "jetstream:\n  read_timeout: 1m30s\ningest:\n  batch_interval: 250ms\n",
+			want: func(c *Config) {
+				c.Jetstream.ReadTimeout = 90 * time.Second
+				c.Ingest.BatchInterval = 250 * time.Millisecond
+			},
+		},
+		{
+			name: "urls replace the list",
+			yaml: "jetstream:\n  urls: [ws://localhost:6008/subscribe]\n",
+			want: func(c *Config) { c.Jetstream.URLs = []string{"ws://localhost:6008/subscribe"} },
+		},
+		{
+			name: "custom follow collection, omitted cap and merge_limit get defaults",
+			yaml: `
+feeds:
+  - name: blocks-of-friends
+    follow_collection: com.example.graph.follow
+    targets:
+      - collection: com.example.feed.post
+      - collection: app.bsky.feed.repost
+        cap: 50
+`,
+			want: func(c *Config) {
+				c.Feeds = []FeedConfig{{
+					Name:             "blocks-of-friends",
+					FollowCollection: "com.example.graph.follow",
+					MergeLimit:       100,
+					Targets: []TargetConfig{
+						{Collection: "com.example.feed.post", Cap: 200},
+						{Collection: "app.bsky.feed.repost", Cap: 50},
+					},
+				}}
+			},
+		},
+		{
+			name: "explicit merge_limit 0 stays 0",
+			yaml: "feeds:\n  - name: a\n    follow_collection: app.bsky.graph.follow\n    merge_limit: 0\n    targets: [{collection: app.bsky.feed.post}]\n",
+			want: func(c *Config) {
+				c.Feeds = []FeedConfig{{Name: "a", FollowCollection: "app.bsky.graph.follow", MergeLimit: 0,
+					Targets: []TargetConfig{{Collection: "app.bsky.feed.post", Cap: 200}}}}
+			},
+		},
+		{
+			name: "feeds sharing collections",
+			yaml: `
+feeds:
+  - name: posts
+    follow_collection: app.bsky.graph.follow
+    targets: [{collection: app.bsky.feed.post}]
+  - name: posts-and-reposts
+    follow_collection: app.bsky.graph.follow
+    targets: [{collection: app.bsky.feed.post}, {collection: app.bsky.feed.repost}]
+`,
+			want: func(c *Config) {
+				c.Feeds = []FeedConfig{
+					{Name: "posts", FollowCollection: "app.bsky.graph.follow", MergeLimit: 100,
+						Targets: []TargetConfig{{Collection: "app.bsky.feed.post", Cap: 200}}},
+					{Name: "posts-and-reposts", FollowCollection: "app.bsky.graph.follow", MergeLimit: 100,
+						Targets: []TargetConfig{{Collection: "app.bsky.feed.post", Cap: 200}, {Collection: "app.bsky.feed.repost", Cap: 200}}},
+				}
+			},
+		},
+		{name: "no feeds", yaml: "feeds: []\n", want: func(c *Config) { c.Feeds = []FeedConfig{} }},
+		{
+			name: "explicit cap 0",
+			yaml: "feeds:\n  - name: a\n    follow_collection: app.bsky.graph.follow\n    targets: [{collection: app.bsky.feed.post, cap: 0}]\n",
+			errs: []string{"feeds[0].targets[0].cap: must be positive"},
+		},
+		{
+			name: "unknown top-level key",
+			yaml: "databse:\n  path: x.db\n",
+			errs: []string{"line 1: databse: unknown key", "database, jetstream"},
+		},
+		{
+			name: "unknown key in a section",
+			yaml: "jetstream:\n  url: wss://example.com/subscribe\n",
+			errs: []string{"line 2: jetstream.url: unknown key"},
+		},
+		{
+			name: "unknown key in a feed target",
+			yaml: "feeds:\n  - name: a\n    follow_collection: app.bsky.graph.follow\n    targets:\n      - collection: app.bsky.feed.post\n        kap: 5\n",
+			errs: []string{"line 6: feeds[0].targets[0].kap: unknown key (want one of collection, cap)"},
+		},
+		{
+			name: "several unknown keys reported together",
+			yaml: "foo: 1\nlog:\n  colour: true\n",
+			errs: []string{"foo: unknown key", "log.colour: unknown key"},
+		},
+		{
+			name: "duplicate key",
+			yaml: "log:\n  level: info\n  level: debug\n",
+			errs: []string{"line 3: log.level: duplicate key (first at line 2)"},
+		},
+		{
+			name: "empty value",
+			yaml: "feeds:\n  - name: a\n    follow_collection: app.bsky.graph.follow\n    merge_limit:\n    targets: [{collection: app.bsky.feed.post}]\n",
+			errs: []string{"feeds[0].merge_limit: empty value"},
+		},
+		{name: "empty section", yaml: "jetstream:\n", errs: []string{"jetstream: empty value"}},
+		{name: "null feeds", yaml: "feeds: ~\n", errs: []string{"feeds: empty value"}},
+		{name: "bare integer duration", yaml: "jetstream:\n  rewind: 5\n", errs: []string{"jetstream.rewind: want a duration with a unit"}},
+		{name: "float duration", yaml: "ingest:\n  batch_interval: 0.5\n", errs: []string{"ingest.batch_interval: want a duration with a unit"}},
+		{name: "bad duration", yaml: "jetstream:\n  read_timeout: soon\n", errs: []string{"soon"}},
+		{name: "negative duration", yaml: "jetstream:\n  rewind: -1s\n", errs: []string{"jetstream.rewind: must not be negative"}},
+		{name: "not an int", yaml: "jetstream:\n  queue_size: many\n", errs: []string{"many"}},
+		{name: "section is a value", yaml: "database: x.db\n", errs: []string{"database: want a mapping"}},
+		{name: "list where a value belongs", yaml: "http:\n  listen: [a, b]\n", errs: []string{"http.listen: want a single value, got a list"}},
+		{name: "urls is a value", yaml: "jetstream:\n  urls: wss://example.com/subscribe\n", errs: []string{"jetstream.urls: want a list"}},
+		{name: "top level is a list", yaml: "- a\n", errs: []string{"config: want a mapping"}},
+		{name: "two documents", yaml: "log:\n  level: info\n---\nlog:\n  level: debug\n", errs: []string{"more than one YAML document"}},
+		{name: "syntax error", yaml: "log: [\n", errs: []string{"parse config"}},
+		{
+			name: "validation errors are joined",
+			yaml: "log:\n  level: loud\n  format: xml\n",
+			errs: []string{`log.level: "loud": must be one of`, `log.format: "xml": must be one of`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := ParseConfig(strings.NewReader(tt.yaml))
+			if tt.want == nil {
+				if err == nil {
+					t.Fatalf("no error, want one containing %q", tt.errs)
+				}
+				for _, s := range tt.errs {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q lacks %q", err, s)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := DefaultConfig()
+			tt.want(&want)
+			if !reflect.DeepEqual(cfg, want) {
+				t.Fatalf("got  %+v\nwant %+v", cfg, want)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	feed := func(name string) FeedConfig {
+		return FeedConfig{Name: name, FollowCollection: "app.bsky.graph.follow", MergeLimit: 100,
+			Targets: []TargetConfig{{Collection: "app.bsky.feed.post", Cap: 200}}}
+	}
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string // "" means valid
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"nil feeds", func(c *Config) { c.Feeds = nil }, ""},
+		{"ws url with port", func(c *Config) { c.Jetstream.URLs = []string{"ws://127.0.0.1:6008/subscribe"} }, ""},
+		{"zero rewind", func(c *Config) { c.Jetstream.Rewind = 0 }, ""},
+		{"listen with host", func(c *Config) { c.HTTP.Listen = "127.0.0.1:0" }, ""},
+		{"custom follow collection", func(c *Config) { c.Feeds[0].FollowCollection = "com.example.graph.follow" }, ""},
+		{"batch size upper bound", func(c *Config) { c.Ingest.BatchSize = 100000 }, ""},
+
+		{"empty database path", func(c *Config) { c.Database.Path = "" }, "database.path: must not be empty"},
+		{"no urls", func(c *Config) { c.Jetstream.URLs = nil }, "jetstream.urls: must list at least one URL"},
+		{"http url", func(c *Config) { c.Jetstream.URLs[1] = "https://jetstream.example/subscribe" }, "jetstream.urls[1]: URL \"https://jetstream.example/subscribe\": scheme must be ws or wss"},
+		{"unparsable url", func(c *Config) { c.Jetstream.URLs[0] = "wss://bad host/" }, "jetstream.urls[0]: invalid URL"},
+		{"url without host", func(c *Config) { c.Jetstream.URLs[0] = "wss:///subscribe" }, "jetstream.urls[0]: URL \"wss:///subscribe\": missing host"},
+		{"url with query", func(c *Config) { c.Jetstream.URLs[0] = "wss://a.example/subscribe?compress=true" }, "jetstream.urls[0]: URL \"wss://a.example/subscribe?compress=true\": must not carry a query"},
+		{"url with fragment", func(c *Config) { c.Jetstream.URLs[0] = "wss://a.example/subscribe#x" }, "jetstream.urls[0]: URL \"wss://a.example/subscribe#x\": must not carry a fragment"},
+		{"negative rewind", func(c *Config) { c.Jetstream.Rewind = -time.Second }, "jetstream.rewind: must not be negative"},
+		{"zero max frame", func(c *Config) { c.Jetstream.MaxFrameBytes = 0 }, "jetstream.max_frame_bytes: must be positive"},
+		{"zero read timeout", func(c *Config) { c.Jetstream.ReadTimeout = 0 }, "jetstream.read_timeout: must be positive"},
+		{"zero queue", func(c *Config) { c.Jetstream.QueueSize = 0 }, "jetstream.queue_size: must be positive"},
+		{"zero batch size", func(c *Config) { c.Ingest.BatchSize = 0 }, "ingest.batch_size: must be between 1 and 100000"},
+		{"huge batch size", func(c *Config) { c.Ingest.BatchSize = 100001 }, "ingest.batch_size: must be between 1 and 100000"},
+		{"zero batch interval", func(c *Config) { c.Ingest.BatchInterval = 0 }, "ingest.batch_interval: must be positive"},
+		{"empty listen", func(c *Config) { c.HTTP.Listen = "" }, "http.listen: must not be empty"},
+		{"listen without port", func(c *Config) { c.HTTP.Listen = "8080" }, "http.listen: must be host:port"},
+		{"empty namespace", func(c *Config) { c.XRPC.Namespace = "" }, "xrpc.namespace: must be an NSID prefix"},
+		{"one-segment namespace", func(c *Config) { c.XRPC.Namespace = "appview" }, "xrpc.namespace: must be an NSID prefix"},
+		{"namespace with slash", func(c *Config) { c.XRPC.Namespace = "com.example/x" }, "xrpc.namespace: must be an NSID prefix"},
+		{"bad log level", func(c *Config) { c.Log.Level = "INFO" }, `log.level: "INFO": must be one of debug, info, warn, error`},
+		{"bad log format", func(c *Config) { c.Log.Format = "logfmt" }, `log.format: "logfmt": must be one of text, json`},
+		{"empty feed name", func(c *Config) { c.Feeds[0].Name = "" }, "feeds[0].name: \"\": must be 1 to 64"},
+		{"feed name with space", func(c *Config) { c.Feeds[0].Name = "my feed" }, "feeds[0].name: \"my feed\": must be 1 to 64"},
+		{"feed name starting with dash", func(c *Config) { c.Feeds[0].Name = "-x" }, "feeds[0].name"},
+		{"feed name too long", func(c *Config) { c.Feeds[0].Name = strings.Repeat("a", 65) }, "feeds[0].name"},
+		{"duplicate feed name", func(c *Config) { c.Feeds = append(c.Feeds, feed("other"), feed("following")) }, `feeds[2].name: duplicate of feeds[0].name "following"`},
+		{"bad follow collection", func(c *Config) { c.Feeds[0].FollowCollection = "follows" }, `feeds[0].follow_collection: invalid NSID "follows"`},
+		{"upper-case follow collection", func(c *Config) { c.Feeds[0].FollowCollection = "App.Bsky.graph.follow" }, `feeds[0].follow_collection: NSID "App.Bsky.graph.follow" must be written "app.bsky.graph.follow"`},
+		{"negative merge limit", func(c *Config) { c.Feeds[0].MergeLimit = -1 }, "feeds[0].merge_limit: must not be negative"},
+		{"no targets", func(c *Config) { c.Feeds[0].Targets = nil }, "feeds[0].targets: must list at least one target"},
+		{"bad target collection", func(c *Config) { c.Feeds[0].Targets[0].Collection = "" }, "feeds[0].targets[0].collection: invalid NSID"},
+		{"target is the follow collection", func(c *Config) {
+			c.Feeds[0].Targets = append(c.Feeds[0].Targets, TargetConfig{Collection: "app.bsky.graph.follow", Cap: 1})
+		}, "feeds[0].targets[1].collection: must differ from the feed's follow_collection"},
+		{"duplicate target", func(c *Config) {
+			c.Feeds[0].Targets = append(c.Feeds[0].Targets, TargetConfig{Collection: "app.bsky.feed.post", Cap: 1})
+		}, `feeds[0].targets[1].collection: duplicate of targets[0].collection "app.bsky.feed.post"`},
+		{"zero cap", func(c *Config) { c.Feeds[0].Targets[0].Cap = 0 }, "feeds[0].targets[0].cap: must be positive"},
+		{"negative cap", func(c *Config) { c.Feeds[0].Targets[0].Cap = -5 }, "feeds[0].targets[0].cap: must be positive"},
+		{"too many collections", func(c *Config) {
+			for i := range 100 {
+				c.Feeds[0].Targets = append(c.Feeds[0].Targets, TargetConfig{Collection: fmt.Sprintf("com.example.c%d", i), Cap: 1})
+			}
+		}, "feeds: name 102 distinct collections; Jetstream accepts at most 100"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tt.mutate(&cfg)
+			err := cfg.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.want != "" && err == nil:
+				t.Fatalf("no error, want %q", tt.want)
+			case tt.want != "" && !strings.Contains(err.Error(), tt.want):
+				t.Fatalf("error %q lacks %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidateJoinsErrors(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Database.Path = ""
+	cfg.Feeds[0].Targets[0].Cap = 0
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	want := []string{"database.path: must not be empty", "feeds[0].targets[0].cap: must be positive"}
+	if !slices.Equal(lines, want) {
+		t.Fatalf("got %q, want %q", lines, want)
+	}
+}
+
+func TestCollections(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Feeds = []FeedConfig{
+		{Name: "a", FollowCollection: "com.example.graph.follow", Targets: []TargetConfig{
+			{Collection: "app.bsky.feed.repost"}, {Collection: "app.bsky.feed.post"},
+		}},
+		{Name: "b", FollowCollection: "app.bsky.graph.follow", Targets: []TargetConfig{
+			{Collection: "app.bsky.feed.post"},
+		}},
+		{Name: "c", FollowCollection: "app.bsky.graph.follow", Targets: []TargetConfig{
+			{Collection: "com.example.graph.follow"},
+		}},
+	}
+	tests := []struct {
+		name string
+		got  []string
+		want []string
+	}{
+		{"wanted", cfg.WantedCollections(), []string{"app.bsky.feed.post", "app.bsky.feed.repost", "app.bsky.graph.follow", "com.example.graph.follow"}},
+		{"follow", cfg.FollowCollections(), []string{"app.bsky.graph.follow", "com.example.graph.follow"}},
+		{"default wanted", DefaultConfig().WantedCollections(), []string{"app.bsky.feed.post", "app.bsky.graph.follow"}},
+		{"no feeds wanted", Config{}.WantedCollections(), nil},
+		{"no feeds follow", Config{}.FollowCollections(), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !slices.Equal(tt.got, tt.want) {
+				t.Fatalf("got %q, want %q", tt.got, tt.want)
+			}
+		})
+	}
+}

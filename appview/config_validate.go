@@ -1,0 +1,158 @@
+package appview
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// maxWantedCollections is Jetstream's limit on wantedCollections.
+const maxWantedCollections = 100
+
+var (
+	feedNameRegex = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$`)
+	logLevels     = []string{"debug", "info", "warn", "error"}
+	logFormats    = []string{"text", "json"}
+)
+
+// Validate reports every invalid field of c at once, joined with
+// errors.Join. Each error starts with the field's path in the YAML file,
+// such as "feeds[0].targets[1].cap: must be positive".
+func (c Config) Validate() error {
+	var errs []error
+	fail := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+
+	if c.Database.Path == "" {
+		fail("database.path", "must not be empty")
+	}
+
+	js := c.Jetstream
+	if len(js.URLs) == 0 {
+		fail("jetstream.urls", "must list at least one URL")
+	}
+	for i, raw := range js.URLs {
+		if err := checkJetstreamURL(raw); err != nil {
+			fail(fmt.Sprintf("jetstream.urls[%d]", i), "%v", err)
+		}
+	}
+	if js.Rewind < 0 {
+		fail("jetstream.rewind", "must not be negative")
+	}
+	if js.MaxFrameBytes <= 0 {
+		fail("jetstream.max_frame_bytes", "must be positive")
+	}
+	if js.ReadTimeout <= 0 {
+		fail("jetstream.read_timeout", "must be positive")
+	}
+	if js.QueueSize <= 0 {
+		fail("jetstream.queue_size", "must be positive")
+	}
+
+	if n := c.Ingest.BatchSize; n < 1 || n > 100000 {
+		fail("ingest.batch_size", "must be between 1 and 100000")
+	}
+	if c.Ingest.BatchInterval <= 0 {
+		fail("ingest.batch_interval", "must be positive")
+	}
+
+	if c.HTTP.Listen == "" {
+		fail("http.listen", "must not be empty")
+	} else if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
+		fail("http.listen", "must be host:port, such as :8080 (%v)", err)
+	}
+
+	if _, err := syntax.ParseNSID(c.XRPC.Namespace + ".getFeed"); err != nil {
+		fail("xrpc.namespace", "must be an NSID prefix such as com.example.appview, so that %q is an NSID", c.XRPC.Namespace+".getFeed")
+	}
+
+	if !slices.Contains(logLevels, c.Log.Level) {
+		fail("log.level", "%q: must be one of %s", c.Log.Level, strings.Join(logLevels, ", "))
+	}
+	if !slices.Contains(logFormats, c.Log.Format) {
+		fail("log.format", "%q: must be one of %s", c.Log.Format, strings.Join(logFormats, ", "))
+	}
+
+	names := make(map[string]int)
+	for i, f := range c.Feeds {
+		p := fmt.Sprintf("feeds[%d]", i)
+		if !feedNameRegex.MatchString(f.Name) {
+			fail(p+".name", "%q: must be 1 to 64 letters, digits, '_' or '-', starting with a letter or digit", f.Name)
+		} else if j, dup := names[f.Name]; dup {
+			fail(p+".name", "duplicate of feeds[%d].name %q", j, f.Name)
+		} else {
+			names[f.Name] = i
+		}
+		if err := checkCollection(f.FollowCollection); err != nil {
+			fail(p+".follow_collection", "%v", err)
+		}
+		if f.MergeLimit < 0 {
+			fail(p+".merge_limit", "must not be negative")
+		}
+		if len(f.Targets) == 0 {
+			fail(p+".targets", "must list at least one target")
+		}
+		seen := make(map[string]int)
+		for j, t := range f.Targets {
+			tp := fmt.Sprintf("%s.targets[%d]", p, j)
+			if err := checkCollection(t.Collection); err != nil {
+				fail(tp+".collection", "%v", err)
+			} else if t.Collection == f.FollowCollection {
+				fail(tp+".collection", "must differ from the feed's follow_collection")
+			} else if k, dup := seen[t.Collection]; dup {
+				fail(tp+".collection", "duplicate of targets[%d].collection %q", k, t.Collection)
+			} else {
+				seen[t.Collection] = j
+			}
+			if t.Cap <= 0 {
+				fail(tp+".cap", "must be positive")
+			}
+		}
+	}
+	if n := len(c.WantedCollections()); n > maxWantedCollections {
+		fail("feeds", "name %d distinct collections; Jetstream accepts at most %d", n, maxWantedCollections)
+	}
+
+	return errors.Join(errs...)
+}
+
+// checkCollection accepts an NSID in its normalized form. Jetstream
+// matches collections as exact strings, so a collection spelled with an
+// upper-case authority would never match a record.
+func checkCollection(raw string) error {
+	nsid, err := syntax.ParseNSID(raw)
+	if err != nil {
+		return fmt.Errorf("invalid NSID %q: %w", raw, err)
+	}
+	if n := nsid.Normalize(); n != nsid {
+		return fmt.Errorf("NSID %q must be written %q (lower-case authority)", raw, n)
+	}
+	return nil
+}
+
+// checkJetstreamURL accepts an absolute ws:// or wss:// URL without query
+// or fragment: the consumer sets the query parameters itself.
+func checkJetstreamURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("invalid URL: %w", err)
+	}
+	switch {
+	case u.Scheme != "ws" && u.Scheme != "wss":
+		return fmt.Errorf("URL %q: scheme must be ws or wss", raw)
+	case u.Host == "":
+		return fmt.Errorf("URL %q: missing host", raw)
+	case u.RawQuery != "" || u.ForceQuery:
+		return fmt.Errorf("URL %q: must not carry a query; the consumer sets wantedCollections and cursor itself", raw)
+	case u.Fragment != "":
+		return fmt.Errorf("URL %q: must not carry a fragment", raw)
+	}
+	return nil
+}
