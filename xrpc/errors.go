@@ -1,0 +1,121 @@
+package xrpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+
+	"github.com/labstack/echo/v4"
+)
+
+// Error is an XRPC error: an HTTP status plus the envelope
+// {"error":Name,"message":Message}. Handlers return it; the central error
+// handler writes it.
+type Error struct {
+	Status  int
+	Name    string
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("xrpc %d %s: %s", e.Status, e.Name, e.Message)
+}
+
+// invalidRequest is the 400 every parameter problem maps to.
+func invalidRequest(message string) *Error {
+	return &Error{Status: http.StatusBadRequest, Name: "InvalidRequest", Message: message}
+}
+
+// errInternal is what a client sees for anything that went wrong on our
+// side; the details go to the log only.
+var errInternal = &Error{
+	Status:  http.StatusInternalServerError,
+	Name:    "InternalServerError",
+	Message: "internal server error",
+}
+
+// envelope is the XRPC error body.
+type envelope struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+}
+
+// handleError is echo's HTTPErrorHandler: every error, from our handlers,
+// from echo's router (404, 405) or from a recovered panic, leaves as an
+// XRPC envelope.
+func (s *Server) handleError(err error, c echo.Context) {
+	xe := s.toXRPC(err, c)
+	if c.Response().Committed {
+		// Headers are gone; all we can do is say so in the log.
+		s.logger.Warn("error after response was committed", "path", c.Request().URL.Path, "err", err)
+		return
+	}
+	if err := writeJSON(c, xe.Status, envelope{Error: xe.Name, Message: xe.Message}); err != nil {
+		s.logger.Warn("write error response", "err", err)
+	}
+}
+
+// toXRPC maps any error to an XRPC error, logging those that are our fault.
+func (s *Server) toXRPC(err error, c echo.Context) *Error {
+	var xe *Error
+	if errors.As(err, &xe) {
+		if xe.Status >= 500 && xe != errInternal {
+			s.logger.Error("request failed", "path", c.Request().URL.Path, "status", xe.Status, "err", err)
+		}
+		return xe
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		msg, ok := he.Message.(string)
+		if !ok || msg == "" {
+			msg = http.StatusText(he.Code)
+		}
+		switch {
+		case he.Code == http.StatusNotFound:
+			return &Error{Status: he.Code, Name: "NotFound", Message: msg}
+		case he.Code == http.StatusMethodNotAllowed:
+			return &Error{Status: he.Code, Name: "MethodNotAllowed", Message: msg}
+		case he.Code == http.StatusRequestEntityTooLarge:
+			return &Error{Status: he.Code, Name: "PayloadTooLarge", Message: msg}
+		case he.Code >= 400 && he.Code < 500:
+			return &Error{Status: he.Code, Name: "InvalidRequest", Message: msg}
+		}
+	}
+	s.logger.Error("request failed", "path", c.Request().URL.Path, "err", err)
+	return errInternal
+}
+
+// recoverPanics turns a panic in a handler into a logged 500, so a client
+// never sees a stack trace and the server keeps serving.
+func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			r := recover()
+			if r == nil {
+				return
+			}
+			if r == http.ErrAbortHandler {
+				// net/http's own signal to drop the connection.
+				panic(r)
+			}
+			s.logger.Error("panic in handler", "path", c.Request().URL.Path, "panic", r, "stack", string(debug.Stack()))
+			err = errInternal
+		}()
+		return next(c)
+	}
+}
+
+// writeJSON encodes v into a buffer first, so an encoding failure can still
+// become a 500 instead of half a body.
+func writeJSON(c echo.Context, status int, v any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
+	return c.Blob(status, "application/json; charset=utf-8", buf.Bytes())
+}

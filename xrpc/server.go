@@ -1,0 +1,234 @@
+// Package xrpc is the HTTP face of the appview: it serves the getFeed query,
+// /xrpc/_health and /metrics, and maps every failure to an XRPC error
+// envelope.
+package xrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/atfeeds/appview/feeds"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// FeedReader reads one page of a viewer's feed. *feeds.Store implements it;
+// tests use a small in-memory fake.
+type FeedReader interface {
+	ReadFeed(ctx context.Context, q feeds.PageQuery) (feeds.Page, error)
+}
+
+// FeedSpec is one feed the server answers for.
+type FeedSpec struct {
+	// Name is the value of the feed query parameter.
+	Name string
+	// Collections are the target collections a client may ask for; the
+	// first one is the default.
+	Collections []syntax.NSID
+}
+
+// Config is everything NewServer needs.
+type Config struct {
+	// Namespace is the NSID authority the methods live under, such as
+	// "com.example.appview"; getFeed is served at /xrpc/<Namespace>.getFeed.
+	Namespace string
+	Feeds     []FeedSpec
+	Reader    FeedReader
+	// Version is reported by /xrpc/_health.
+	Version string
+	// Metrics is mounted at /metrics when non-nil.
+	Metrics http.Handler
+	// Logger defaults to a logger that discards everything.
+	Logger *slog.Logger
+	// Registerer, when non-nil, receives the XRPC request metrics.
+	Registerer prometheus.Registerer
+}
+
+// Validate reports the first problem with cfg, naming the field.
+func (cfg Config) Validate() error {
+	if _, err := syntax.ParseNSID(cfg.Namespace + "." + getFeedName); err != nil {
+		return fmt.Errorf("namespace: %q does not form a valid NSID: %w", cfg.Namespace, err)
+	}
+	if cfg.Reader == nil {
+		return errors.New("reader: must be set")
+	}
+	seen := make(map[string]bool, len(cfg.Feeds))
+	for i, f := range cfg.Feeds {
+		if f.Name == "" {
+			return fmt.Errorf("feeds[%d].name: must not be empty", i)
+		}
+		if seen[f.Name] {
+			return fmt.Errorf("feeds[%d].name: duplicate feed %q", i, f.Name)
+		}
+		seen[f.Name] = true
+		if len(f.Collections) == 0 {
+			return fmt.Errorf("feeds[%d].collections: at least one collection is required", i)
+		}
+		for j, c := range f.Collections {
+			if _, err := syntax.ParseNSID(string(c)); err != nil {
+				return fmt.Errorf("feeds[%d].collections[%d]: %w", i, j, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Server serves the XRPC API over its own http.Server; echo is only the
+// handler.
+type Server struct {
+	logger  *slog.Logger
+	reader  FeedReader
+	feeds   map[string]FeedSpec
+	version string
+	metrics *metrics
+
+	// getFeedPath is the full request path of getFeed, "/xrpc/<ns>.getFeed".
+	getFeedPath string
+
+	echo *echo.Echo
+	http *http.Server
+}
+
+const (
+	xrpcPrefix  = "/xrpc/"
+	healthPath  = xrpcPrefix + "_health"
+	getFeedName = "getFeed"
+)
+
+// NewServer builds the routes and the http.Server. It panics if cfg does not
+// pass Validate: configuration is validated before the server is built.
+func NewServer(cfg Config) *Server {
+	if err := cfg.Validate(); err != nil {
+		panic("xrpc: invalid config: " + err.Error())
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("component", "xrpc")
+
+	s := &Server{
+		logger:      logger,
+		reader:      cfg.Reader,
+		feeds:       make(map[string]FeedSpec, len(cfg.Feeds)),
+		version:     cfg.Version,
+		metrics:     newMetrics(cfg.Registerer),
+		getFeedPath: xrpcPrefix + cfg.Namespace + "." + getFeedName,
+	}
+	for _, f := range cfg.Feeds {
+		s.feeds[f.Name] = f
+	}
+
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = s.handleError
+	// Metrics outermost so that recovered panics are counted as 500s.
+	e.Use(s.measure, s.recoverPanics)
+	e.Any("/xrpc/*", s.dispatch)
+	if cfg.Metrics != nil {
+		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
+	}
+	s.echo = e
+
+	s.http = &http.Server{
+		Handler:           e,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		// Large enough that an absurd query string (a 100 KB actor) reaches
+		// the router and gets an XRPC error instead of a bare 431.
+		MaxHeaderBytes: 256 << 10,
+		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	return s
+}
+
+// Handler returns the HTTP handler, for tests and for callers that run
+// their own server.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Serve accepts connections on l until Shutdown; it returns nil after
+// Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	err := s.http.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting connections and waits for in-flight requests
+// until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	return s.http.Shutdown(ctx)
+}
+
+// route is the closed set of things a request can be, used both to
+// dispatch and as the metrics label.
+type route string
+
+const (
+	routeGetFeed route = "getFeed"
+	routeHealth  route = "_health"
+	routeOther   route = "other"
+)
+
+func (s *Server) routeOf(path string) route {
+	switch path {
+	case s.getFeedPath:
+		return routeGetFeed
+	case healthPath:
+		return routeHealth
+	}
+	return routeOther
+}
+
+// dispatch serves everything under /xrpc/. Doing it here rather than with
+// one echo route per method keeps a wrong HTTP method on a known method
+// (405) apart from an unknown method (501), whatever the router's
+// precedence rules.
+func (s *Server) dispatch(c echo.Context) error {
+	r := c.Request()
+	var h echo.HandlerFunc
+	switch s.routeOf(r.URL.Path) {
+	case routeGetFeed:
+		h = s.getFeed
+	case routeHealth:
+		h = s.health
+	default:
+		return &Error{
+			Status:  http.StatusNotImplemented,
+			Name:    "MethodNotImplemented",
+			Message: "method not implemented: " + methodName(r.URL.Path),
+		}
+	}
+	if r.Method != http.MethodGet {
+		c.Response().Header().Set(echo.HeaderAllow, http.MethodGet)
+		return &Error{
+			Status:  http.StatusMethodNotAllowed,
+			Name:    "MethodNotAllowed",
+			Message: "XRPC queries must use GET",
+		}
+	}
+	return h(c)
+}
+
+// methodName is the NSID part of an /xrpc/ path, cut short so that a huge
+// path does not end up in an error message.
+func methodName(path string) string {
+	name := strings.TrimPrefix(path, xrpcPrefix)
+	const maxLen = 256 // longer than any valid NSID
+	if len(name) > maxLen {
+		name = name[:maxLen] + "…"
+	}
+	return strings.ToValidUTF8(name, "\uFFFD")
+}
