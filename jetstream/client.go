@@ -1,0 +1,172 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+const (
+	defaultRewind        = 5 * time.Second
+	defaultMaxFrameBytes = 1 << 20
+	defaultReadTimeout   = 60 * time.Second
+	defaultMinBackoff    = 250 * time.Millisecond
+	defaultMaxBackoff    = 30 * time.Second
+	handshakeTimeout     = 10 * time.Second
+)
+
+// Config says where and how to subscribe. Zero values take the defaults
+// noted on each field.
+type Config struct {
+	// URLs are ws(s)://host/subscribe endpoints: the first is preferred,
+	// the rest are failover.
+	URLs []string
+	// WantedCollections are sent as repeated wantedCollections params
+	// (exact NSIDs or "prefix.*"). Identity and account events arrive
+	// regardless.
+	WantedCollections []string
+	// Rewind is subtracted from a time_us cursor on reconnect, because
+	// time_us is not unique and hosts differ slightly; default 5s.
+	Rewind time.Duration
+	// Compression offers permessage-deflate, which v2 servers accept.
+	Compression bool
+	// MaxFrameBytes caps a frame after decompression; default 1 MiB. A
+	// larger frame is read to its end and discarded, not buffered.
+	MaxFrameBytes int64
+	// ReadTimeout ends a session that receives no frame, ping or pong for
+	// this long; default 60s (servers ping every 30s).
+	ReadTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the wait between dials; default
+	// 250ms and 30s.
+	MinBackoff, MaxBackoff time.Duration
+	// UserAgent, if set, is sent with the websocket handshake.
+	UserAgent string
+	// Dialer is optional; Compression overrides its EnableCompression.
+	Dialer *websocket.Dialer
+}
+
+// Client keeps a subscription to a Jetstream server alive: it reconnects
+// with backoff, fails over between URLs, and resumes from the caller's
+// committed position.
+type Client struct {
+	cfg    Config
+	dec    *Decoder
+	logger *slog.Logger
+	m      *Metrics
+	dialer *websocket.Dialer
+	drops  *dropLogger
+
+	// sleep waits between dials; tests replace it so they run instantly.
+	sleep func(context.Context, time.Duration) error
+	// jitter returns [0, 1) for the backoff.
+	jitter func() float64
+}
+
+// NewClient returns a Client; call Run to start it. logger may be nil and
+// m may be nil (no metrics).
+func NewClient(cfg Config, dec *Decoder, logger *slog.Logger, m *Metrics) *Client {
+	if cfg.Rewind <= 0 {
+		cfg.Rewind = defaultRewind
+	}
+	if cfg.MaxFrameBytes <= 0 {
+		cfg.MaxFrameBytes = defaultMaxFrameBytes
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = defaultReadTimeout
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = defaultMinBackoff
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = defaultMaxBackoff
+	}
+	cfg.MaxBackoff = max(cfg.MaxBackoff, cfg.MinBackoff)
+
+	var dialer websocket.Dialer
+	if cfg.Dialer != nil {
+		dialer = *cfg.Dialer
+	} else {
+		dialer = *websocket.DefaultDialer
+		dialer.HandshakeTimeout = handshakeTimeout
+	}
+	dialer.EnableCompression = cfg.Compression
+
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("component", "jetstream")
+	return &Client{
+		cfg:    cfg,
+		dec:    dec,
+		logger: logger,
+		m:      m,
+		dialer: &dialer,
+		drops:  newDropLogger(logger, dropLogInterval, time.Now),
+		sleep:  sleepCtx,
+		jitter: rand.Float64,
+	}
+}
+
+// Run connects and delivers decoded events on out until ctx ends, then
+// returns nil; it returns an error only for an unusable configuration.
+// Upstream failures are logged and retried forever.
+//
+// resume is called before every dial and must return the last position
+// the caller has committed durably, so that nothing after it is lost
+// however the connection ends. out is the backpressure: Run blocks on it
+// (until ctx ends) rather than buffering. Run does not close out. Run a
+// Client once at a time.
+func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Event) error {
+	if len(c.cfg.URLs) == 0 {
+		return errors.New("jetstream config: no urls")
+	}
+	for _, u := range c.cfg.URLs {
+		if _, err := parseHost(u); err != nil {
+			return fmt.Errorf("jetstream config: %w", err)
+		}
+	}
+
+	host, attempt := 0, 0
+	for first := true; ; first = false {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !first {
+			c.m.reconnect()
+		}
+		url := c.cfg.URLs[host]
+		delivered, err := c.session(ctx, url, resume(), out)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if delivered > 0 {
+			// The host works: stay on it (a sequence cursor is only good
+			// there) and start the backoff over.
+			attempt = 0
+		} else {
+			host = (host + 1) % len(c.cfg.URLs)
+		}
+		wait := backoffDelay(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff, c.jitter)
+		attempt++
+		c.logSessionEnd(url, delivered, wait, err)
+		if c.sleep(ctx, wait) != nil {
+			return nil
+		}
+	}
+}
+
+func (c *Client) logSessionEnd(url string, delivered int, wait time.Duration, err error) {
+	attrs := []any{"host", url, "delivered", delivered, "retry_in", wait}
+	var refused *refusedError
+	if errors.As(err, &refused) {
+		attrs = append(attrs, "status", refused.Status, "body", refused.Body)
+		c.logger.Warn("jetstream refused the subscription", attrs...)
+		return
+	}
+	c.logger.Warn("jetstream session ended", append(attrs, "err", err)...)
+}

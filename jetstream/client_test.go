@@ -1,0 +1,428 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestClientDeliversEventsInOrder(t *testing.T) {
+	frames := []string{followFrame, postFrame, identityFrame, accountFrame, deleteFrame}
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if send(conn, frames...) {
+			holdOpen(conn)
+		}
+	})
+	wanted := []string{"app.bsky.feed.post", "app.bsky.graph.*"}
+	h := startClient(t, Config{URLs: []string{srv.url}, WantedCollections: wanted}, fixed(Position{}), 10)
+
+	wantKinds := []Kind{KindCommit, KindCommit, KindIdentity, KindAccount, KindCommit}
+	wantTimes := []int64{1795975616983633, 1795975616991124, 1795975629467810, 1725516665333808, 1795975958545820}
+	for i := range frames {
+		ev := h.next(t)
+		if ev.Kind != wantKinds[i] || ev.TimeUS != wantTimes[i] || ev.Host != srv.url {
+			t.Fatalf("event %d = %+v", i, ev)
+		}
+	}
+
+	q := srv.dials()[0]
+	if got := q["wantedCollections"]; !slices.Equal(got, wanted) {
+		t.Errorf("wantedCollections = %q, want %q", got, wanted)
+	}
+	if q.Has("cursor") || q.Has("compress") || q.Has("maxMessageSizeBytes") {
+		t.Errorf("unexpected params in %v", q)
+	}
+
+	m := h.metrics
+	for _, c := range []struct {
+		kind, collection, op string
+		want                 float64
+	}{
+		{"commit", "app.bsky.graph.*", "create", 1},
+		{"commit", "app.bsky.graph.*", "delete", 1},
+		{"commit", "app.bsky.feed.post", "update", 1},
+		{"identity", "none", "none", 1},
+		{"account", "none", "none", 1},
+		{"commit", "other", "create", 0},
+	} {
+		if got := testutil.ToFloat64(m.received.WithLabelValues(c.kind, c.collection, c.op)); got != c.want {
+			t.Errorf("received{%s,%s,%s} = %v, want %v", c.kind, c.collection, c.op, got, c.want)
+		}
+	}
+	var size int
+	for _, f := range frames {
+		size += len(f)
+	}
+	if got := testutil.ToFloat64(m.bytes); got != float64(size) {
+		t.Errorf("bytes_received = %v, want %d", got, size)
+	}
+	if got := testutil.ToFloat64(m.connected); got != 1 {
+		t.Errorf("connected = %v while connected", got)
+	}
+	h.stop(t, 2*time.Second)
+	if got := testutil.ToFloat64(m.connected); got != 0 {
+		t.Errorf("connected = %v after stop", got)
+	}
+}
+
+// Every dial asks resume for the committed position and turns it into the
+// right cursor for the host being dialed.
+func TestClientCursorOnReconnect(t *testing.T) {
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if n < 3 {
+			send(conn, postFrame) // then drop the connection
+			return
+		}
+		holdOpen(conn)
+	})
+	const timeUS = 1795975616991124
+	positions := []Position{
+		// Fresh start: no cursor.
+		{},
+		// Same host: its sequence number.
+		{TimeUS: timeUS, Seq: 42, Host: srv.url},
+		// Another host's sequence number is meaningless here: time, rewound.
+		{TimeUS: timeUS, Seq: 42, Host: "ws://x/y"},
+		// Time only.
+		{TimeUS: timeUS},
+	}
+	var calls int
+	resume := func() Position { // called on Run's goroutine only
+		p := positions[min(calls, len(positions)-1)]
+		calls++
+		return p
+	}
+	h := startClient(t, Config{URLs: []string{srv.url}, Rewind: 2 * time.Second}, resume, 10)
+	for range 3 {
+		h.next(t)
+	}
+	waitFor(t, "four dials", func() bool { return len(srv.dials()) == 4 })
+
+	rewound := strconv.FormatInt(timeUS-2_000_000, 10)
+	want := []string{"", "42", rewound, rewound}
+	for i, q := range srv.dials() {
+		if got := q.Get("cursor"); got != want[i] || (want[i] == "" && q.Has("cursor")) {
+			t.Errorf("dial %d: cursor = %q, want %q", i, got, want[i])
+		}
+	}
+	if got := testutil.ToFloat64(h.metrics.reconnects); got != 3 {
+		t.Errorf("reconnects = %v, want 3", got)
+	}
+	// Each session delivered an event, so the backoff never grew.
+	for _, d := range h.sleepsSoFar() {
+		if d > defaultMinBackoff {
+			t.Errorf("backoff %v after a session with progress", d)
+		}
+	}
+}
+
+func TestCursorFor(t *testing.T) {
+	const host, other = "wss://a/subscribe", "wss://b/subscribe"
+	tests := []struct {
+		name string
+		pos  Position
+		want int64
+	}{
+		{"zero", Position{}, 0},
+		{"seq on same host", Position{TimeUS: 2_000_000_000, Seq: 7, Host: host}, 7},
+		{"seq on another host", Position{TimeUS: 2_000_000_000, Seq: 7, Host: other}, 1_995_000_000},
+		{"seq without host", Position{TimeUS: 2_000_000_000, Seq: 7}, 1_995_000_000},
+		{"time only", Position{TimeUS: 2_000_000_000}, 1_995_000_000},
+		{"rewind past zero", Position{TimeUS: 10}, 0},
+		{"seq without time elsewhere", Position{Seq: 7, Host: other}, 0},
+	}
+	for _, tt := range tests {
+		if got := cursorFor(host, tt.pos, 5*time.Second); got != tt.want {
+			t.Errorf("%s: cursor = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestSubscribeURL(t *testing.T) {
+	got, err := subscribeURL("wss://h.example/subscribe?cursor=9&wantedDids=did:plc:a", []string{"a.b.c", "d.e.*"}, 123)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "wss://h.example/subscribe?cursor=123&wantedCollections=a.b.c&wantedCollections=d.e.%2A&wantedDids=did%3Aplc%3Aa"
+	if got != want {
+		t.Errorf("url = %s\nwant  %s", got, want)
+	}
+	got, err = subscribeURL("ws://h/subscribe?cursor=9", nil, 0)
+	if err != nil || got != "ws://h/subscribe" {
+		t.Errorf("url = %s, %v; a stale cursor param must go", got, err)
+	}
+	for _, bad := range []string{"https://h/subscribe", "h/subscribe", "ws:///subscribe", "ws://h/%zz"} {
+		if _, err := subscribeURL(bad, nil, 0); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestClientFailoverOnRefusal(t *testing.T) {
+	first := newFakeServer(t, func(int, *websocket.Conn) {})
+	first.refuseWith(http.StatusServiceUnavailable, "jetstream is still starting")
+	second := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if n == 0 {
+			send(conn, postFrame) // then drop: progress was made, so redial here
+			return
+		}
+		if send(conn, followFrame) {
+			holdOpen(conn)
+		}
+	})
+	h := startClient(t, Config{URLs: []string{first.url, second.url}}, fixed(Position{}), 10)
+
+	if ev := h.next(t); ev.Host != second.url || ev.TimeUS != 1795975616991124 {
+		t.Fatalf("first event %+v", ev)
+	}
+	if ev := h.next(t); ev.Host != second.url || ev.TimeUS != 1795975616983633 {
+		t.Fatalf("second event %+v", ev)
+	}
+	if n := len(first.dials()); n != 1 {
+		t.Errorf("preferred host dialed %d times; after progress the client should stay on the working host", n)
+	}
+	if got := testutil.ToFloat64(h.metrics.dialErrors); got != 1 {
+		t.Errorf("dial errors = %v, want 1", got)
+	}
+	logs := h.logs.String()
+	if !strings.Contains(logs, "status=503") || !strings.Contains(logs, "jetstream is still starting") {
+		t.Errorf("refusal not logged with status and body:\n%s", logs)
+	}
+	if !strings.Contains(logs, "component=jetstream") {
+		t.Errorf("logs lack the component attribute:\n%s", logs)
+	}
+}
+
+// A session that delivers nothing counts as a failure of that host.
+func TestClientRotatesAfterSessionWithoutProgress(t *testing.T) {
+	first := newFakeServer(t, func(int, *websocket.Conn) {}) // accept, then hang up
+	second := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if send(conn, postFrame) {
+			holdOpen(conn)
+		}
+	})
+	h := startClient(t, Config{URLs: []string{first.url, second.url}}, fixed(Position{}), 10)
+	if ev := h.next(t); ev.Host != second.url {
+		t.Fatalf("event from %q, want the second host", ev.Host)
+	}
+	if got := testutil.ToFloat64(h.metrics.dialErrors); got != 0 {
+		t.Errorf("dial errors = %v, want 0", got)
+	}
+}
+
+// The backoff doubles while dials fail and resets after a session that
+// delivered an event.
+func TestClientBackoffGrowsAndResets(t *testing.T) {
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if send(conn, postFrame) {
+			holdOpen(conn)
+		}
+	})
+	srv.refuseWith(http.StatusServiceUnavailable, "starting")
+	cfg := Config{URLs: []string{srv.url}, MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}
+	h := startClient(t, cfg, fixed(Position{}), 10)
+	waitFor(t, "six refused dials", func() bool { return len(h.sleepsSoFar()) >= 6 })
+	// jitter is fixed at 0.5: 3/4 of 100ms, 200ms, 400ms, 800ms, then the 1s cap.
+	want := []time.Duration{75, 150, 300, 600, 750, 750}
+	for i, d := range h.sleepsSoFar()[:6] {
+		if d != want[i]*time.Millisecond {
+			t.Errorf("sleep %d = %v, want %v", i, d, want[i]*time.Millisecond)
+		}
+	}
+	srv.refuseWith(0, "")
+	h.next(t)
+	h.stop(t, 2*time.Second)
+}
+
+func TestClientReconnectsAfterDrop(t *testing.T) {
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if n == 0 {
+			send(conn, followFrame, postFrame)
+			return
+		}
+		if send(conn, deleteFrame) {
+			holdOpen(conn)
+		}
+	})
+	h := startClient(t, Config{URLs: []string{srv.url}}, fixed(Position{}), 10)
+	for i, want := range []int64{1795975616983633, 1795975616991124, 1795975958545820} {
+		if ev := h.next(t); ev.TimeUS != want {
+			t.Fatalf("event %d: time_us %d, want %d", i, ev.TimeUS, want)
+		}
+	}
+	if got := testutil.ToFloat64(h.metrics.reconnects); got != 1 {
+		t.Errorf("reconnects = %v, want 1", got)
+	}
+}
+
+func TestClientDropsMalformedFramesAndGoesOn(t *testing.T) {
+	badDID := `{"did":"nope","time_us":1795975616980000,"kind":"account","account":{"active":true}}`
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		ok := send(conn, "not json", "not json either", badDID) &&
+			conn.WriteMessage(websocket.BinaryMessage, []byte{0x28, 0xb5, 0x2f, 0xfd}) == nil &&
+			send(conn, postFrame)
+		if ok {
+			holdOpen(conn)
+		}
+	})
+	h := startClient(t, Config{URLs: []string{srv.url}}, fixed(Position{}), 10)
+
+	// The bad-DID frame had a readable time_us: it comes through as a
+	// skipped event so the caller's cursor moves past it.
+	if ev := h.next(t); ev.Kind != KindSkipped || ev.TimeUS != 1795975616980000 || ev.Host != srv.url {
+		t.Fatalf("first event %+v, want the skipped bad-DID frame", ev)
+	}
+	if ev := h.next(t); ev.Kind != KindCommit || ev.TimeUS != 1795975616991124 {
+		t.Fatalf("second event %+v, want the post", ev)
+	}
+	for reason, want := range map[string]float64{ReasonBadJSON: 2, ReasonBadDID: 1, ReasonBinaryFrame: 1, ReasonBadKind: 0} {
+		if got := testutil.ToFloat64(h.metrics.dropped.WithLabelValues(reason)); got != want {
+			t.Errorf("dropped{%s} = %v, want %v", reason, got, want)
+		}
+	}
+	logs := h.logs.String()
+	if n := strings.Count(logs, "reason=bad_json"); n != 1 {
+		t.Errorf("bad_json logged %d times, want once (rate limited):\n%s", n, logs)
+	}
+	if got := testutil.ToFloat64(h.metrics.reconnects); got != 0 {
+		t.Errorf("reconnects = %v: junk frames must not cost the connection", got)
+	}
+}
+
+// An oversized frame is discarded without dropping the connection, and
+// its position is salvaged so a reconnect would not replay it forever.
+func TestClientFrameTooLarge(t *testing.T) {
+	for _, compress := range []bool{false, true} {
+		t.Run(fmt.Sprintf("compression=%v", compress), func(t *testing.T) {
+			big := strings.Replace(postFrame, `"hello"`, `"`+strings.Repeat("a", 8<<10)+`"`, 1)
+			srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+				if send(conn, big, followFrame) {
+					holdOpen(conn)
+				}
+			})
+			cfg := Config{URLs: []string{srv.url}, MaxFrameBytes: 1024, Compression: compress}
+			h := startClient(t, cfg, fixed(Position{}), 10)
+			if ev := h.next(t); ev.Kind != KindSkipped || ev.TimeUS != 1795975616991124 {
+				t.Fatalf("first event %+v, want the oversized frame skipped", ev)
+			}
+			if ev := h.next(t); ev.Kind != KindCommit || ev.TimeUS != 1795975616983633 {
+				t.Fatalf("second event %+v", ev)
+			}
+			if got := testutil.ToFloat64(h.metrics.dropped.WithLabelValues(ReasonFrameTooLarge)); got != 1 {
+				t.Errorf("dropped{frame_too_large} = %v, want 1", got)
+			}
+			if n := len(srv.dials()); n != 1 {
+				t.Errorf("%d dials, want 1", n)
+			}
+			if got, want := testutil.ToFloat64(h.metrics.bytes), float64(len(big)+len(followFrame)); got != want {
+				t.Errorf("bytes_received = %v, want %v", got, want)
+			}
+			if q := srv.dials()[0]; q.Has("compress") {
+				t.Errorf("compress param sent: %v", q)
+			}
+			offered := strings.Contains(srv.extensions(), "permessage-deflate")
+			if offered != compress {
+				t.Errorf("permessage-deflate offered = %v, want %v", offered, compress)
+			}
+		})
+	}
+}
+
+func TestClientCancelWhileReadBlocked(t *testing.T) {
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) { holdOpen(conn) })
+	h := startClient(t, Config{URLs: []string{srv.url}, ReadTimeout: time.Minute}, fixed(Position{}), 10)
+	waitFor(t, "connection", func() bool { return testutil.ToFloat64(h.metrics.connected) == 1 })
+	h.stop(t, 2*time.Second)
+}
+
+func TestClientCancelWhileOutFull(t *testing.T) {
+	sent := make(chan struct{})
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if send(conn, postFrame, followFrame) {
+			close(sent)
+			holdOpen(conn)
+		}
+	})
+	h := startClient(t, Config{URLs: []string{srv.url}}, fixed(Position{}), 0) // nobody reads out
+	select {
+	case <-sent:
+	case <-time.After(5 * time.Second):
+		t.Fatal("server never sent")
+	}
+	waitFor(t, "the first frame to be decoded", func() bool {
+		return testutil.ToFloat64(h.metrics.received.WithLabelValues("commit", "other", "update")) == 1
+	})
+	h.stop(t, 2*time.Second)
+}
+
+func TestClientAnswersPings(t *testing.T) {
+	pong := make(chan string, 1)
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		conn.SetPongHandler(func(data string) error {
+			pong <- data
+			return nil
+		})
+		if conn.WriteControl(websocket.PingMessage, []byte("are you there"), time.Now().Add(time.Second)) == nil {
+			holdOpen(conn) // reading is what runs the pong handler
+		}
+	})
+	startClient(t, Config{URLs: []string{srv.url}}, fixed(Position{}), 10)
+	select {
+	case got := <-pong:
+		if got != "are you there" {
+			t.Errorf("pong %q", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no pong")
+	}
+}
+
+// A silent connection is given up after ReadTimeout and redialed.
+func TestClientReadTimeout(t *testing.T) {
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) { holdOpen(conn) })
+	startClient(t, Config{URLs: []string{srv.url}, ReadTimeout: 50 * time.Millisecond}, fixed(Position{}), 10)
+	waitFor(t, "a redial after the read timeout", func() bool { return len(srv.dials()) >= 2 })
+}
+
+func TestClientRejectsBadConfig(t *testing.T) {
+	for _, urls := range [][]string{nil, {"http://h/subscribe"}} {
+		c := NewClient(Config{URLs: urls}, testDecoder(), nil, nil)
+		if err := c.Run(context.Background(), fixed(Position{}), make(chan Event)); err == nil {
+			t.Errorf("Run with urls %q returned nil", urls)
+		}
+	}
+}
+
+// A nil *Metrics and a nil logger are valid.
+func TestClientWithoutMetricsOrLogger(t *testing.T) {
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if send(conn, "junk", postFrame) {
+			holdOpen(conn)
+		}
+	})
+	c := NewClient(Config{URLs: []string{srv.url}}, testDecoder(), nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan Event, 1)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, fixed(Position{}), out) }()
+	select {
+	case ev := <-out:
+		if ev.Kind != KindCommit {
+			t.Errorf("event %+v", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,244 @@
+package jetstream
+
+import (
+	"encoding/json"
+	"errors"
+	"unicode/utf8"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+const (
+	defaultMaxRecordBytes = 64 << 10
+	defaultMaxDepth       = 32
+)
+
+// DecoderConfig sets what the Decoder accepts.
+type DecoderConfig struct {
+	// FollowCollections are collections whose records name a followed
+	// account: their top-level "subject" must be a DID, which the decoder
+	// parses into Commit.Subject.
+	FollowCollections []syntax.NSID
+	// MaxRecordBytes caps the size of a record's JSON; default 64 KiB.
+	MaxRecordBytes int
+	// MaxDepth caps the JSON nesting depth of a record (the record object
+	// itself is depth 1); default 32.
+	MaxDepth int
+}
+
+// Decoder turns Jetstream frames into validated Events. It is immutable
+// after NewDecoder and safe for concurrent use.
+type Decoder struct {
+	follows        map[syntax.NSID]struct{}
+	nsids          nsidCache
+	maxRecordBytes int
+	maxDepth       int
+}
+
+// NewDecoder returns a Decoder; zero limits in cfg take their defaults.
+func NewDecoder(cfg DecoderConfig) *Decoder {
+	d := &Decoder{
+		follows:        make(map[syntax.NSID]struct{}, len(cfg.FollowCollections)),
+		maxRecordBytes: cfg.MaxRecordBytes,
+		maxDepth:       cfg.MaxDepth,
+	}
+	for _, c := range cfg.FollowCollections {
+		d.follows[c] = struct{}{}
+	}
+	if d.maxRecordBytes <= 0 {
+		d.maxRecordBytes = defaultMaxRecordBytes
+	}
+	if d.maxDepth <= 0 {
+		d.maxDepth = defaultMaxDepth
+	}
+	return d
+}
+
+// wireEvent mirrors a frame. Strings are validated after decoding rather
+// than through syntax's UnmarshalText, so that one bad field still leaves
+// time_us readable for the skipped event.
+type wireEvent struct {
+	DID      string        `json:"did"`
+	TimeUS   int64         `json:"time_us"`
+	Cursor   int64         `json:"cursor"`
+	Kind     string        `json:"kind"`
+	Commit   *wireCommit   `json:"commit"`
+	Identity *wireIdentity `json:"identity"`
+	Account  *wireAccount  `json:"account"`
+}
+
+type wireCommit struct {
+	Rev        string          `json:"rev"`
+	Operation  string          `json:"operation"`
+	Collection string          `json:"collection"`
+	RKey       string          `json:"rkey"`
+	CID        string          `json:"cid"`
+	Record     json.RawMessage `json:"record"`
+}
+
+type wireIdentity struct {
+	Handle string `json:"handle"`
+}
+
+type wireAccount struct {
+	Active bool   `json:"active"`
+	Status string `json:"status"`
+}
+
+// Decode parses and validates one frame. On a malformed frame it returns a
+// *DropError and an Event of KindSkipped that still carries TimeUS and Seq
+// when they could be read (TimeUS is 0 otherwise), so the caller can move
+// its cursor past the frame.
+func (d *Decoder) Decode(frame []byte) (Event, error) {
+	var w wireEvent
+	if err := json.Unmarshal(frame, &w); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			// encoding/json carries on past a type mismatch, so the
+			// position fields may still have been filled in.
+			return skipped(&w), drop(ReasonBadJSON, err)
+		}
+		// A syntax error leaves w empty; the frame's leading keys may
+		// still be readable.
+		return salvagePosition(frame), drop(ReasonBadJSON, err)
+	}
+	// encoding/json silently replaces invalid UTF-8 with U+FFFD; a record
+	// that changed under us must not be stored, but its position is good.
+	if !utf8.Valid(frame) {
+		return skipped(&w), dropf(ReasonBadUTF8, "frame is not valid UTF-8")
+	}
+	if w.TimeUS <= 0 {
+		return skipped(&w), dropf(ReasonMissingField, "time_us missing or not positive")
+	}
+	if w.DID == "" {
+		return skipped(&w), dropf(ReasonMissingField, "did missing")
+	}
+	did, err := syntax.ParseDID(w.DID)
+	if err != nil {
+		return skipped(&w), drop(ReasonBadDID, err)
+	}
+
+	ev := Event{DID: did, TimeUS: w.TimeUS, Seq: max(w.Cursor, 0)}
+	switch w.Kind {
+	case "commit":
+		if w.Commit == nil {
+			return skipped(&w), dropf(ReasonMissingField, "commit missing")
+		}
+		c, derr := d.decodeCommit(w.Commit)
+		if derr != nil {
+			return skipped(&w), derr
+		}
+		ev.Kind, ev.Commit = KindCommit, c
+	case "identity":
+		if w.Identity == nil {
+			return skipped(&w), dropf(ReasonMissingField, "identity missing")
+		}
+		ev.Kind, ev.Identity = KindIdentity, &Identity{Handle: validHandle(w.Identity.Handle)}
+	case "account":
+		if w.Account == nil {
+			return skipped(&w), dropf(ReasonMissingField, "account missing")
+		}
+		ev.Kind, ev.Account = KindAccount, &Account{Active: w.Account.Active, Status: w.Account.Status}
+	case "":
+		return skipped(&w), dropf(ReasonMissingField, "kind missing")
+	default:
+		return skipped(&w), dropf(ReasonBadKind, "unknown kind %q", w.Kind)
+	}
+	return ev, nil
+}
+
+func (d *Decoder) decodeCommit(w *wireCommit) (*Commit, *DropError) {
+	c := &Commit{Rev: w.Rev}
+	switch w.Operation {
+	case "create":
+		c.Operation = OpCreate
+	case "update":
+		c.Operation = OpUpdate
+	case "delete":
+		c.Operation = OpDelete
+	case "":
+		return nil, dropf(ReasonMissingField, "commit.operation missing")
+	default:
+		return nil, dropf(ReasonBadOperation, "unknown operation %q", w.Operation)
+	}
+	if w.Rev == "" {
+		return nil, dropf(ReasonMissingField, "commit.rev missing")
+	}
+	if w.Collection == "" {
+		return nil, dropf(ReasonMissingField, "commit.collection missing")
+	}
+	var err error
+	if c.Collection, err = d.nsids.parse(w.Collection); err != nil {
+		return nil, drop(ReasonBadNSID, err)
+	}
+	if w.RKey == "" {
+		return nil, dropf(ReasonMissingField, "commit.rkey missing")
+	}
+	if c.RKey, err = parseRecordKey(w.RKey); err != nil {
+		return nil, drop(ReasonBadRKey, err)
+	}
+	if c.Operation == OpDelete {
+		// A delete carries no record; anything the server sent along is
+		// ignored rather than trusted.
+		return c, nil
+	}
+
+	if w.CID == "" {
+		return nil, dropf(ReasonMissingField, "commit.cid missing")
+	}
+	if _, err := parseCID(w.CID); err != nil {
+		return nil, drop(ReasonBadCID, err)
+	}
+	c.CID = w.CID
+	if len(w.Record) == 0 || string(w.Record) == "null" {
+		return nil, dropf(ReasonMissingField, "commit.record missing")
+	}
+	if len(w.Record) > d.maxRecordBytes {
+		return nil, dropf(ReasonRecordTooLarge, "record is %d bytes, limit %d", len(w.Record), d.maxRecordBytes)
+	}
+	head, derr := scanRecordHead(w.Record, d.maxDepth)
+	if derr != nil {
+		return nil, derr
+	}
+	if head.Type.s != w.Collection {
+		return nil, dropf(ReasonTypeMismatch, "record $type %q in collection %q", head.Type.s, w.Collection)
+	}
+	if _, ok := d.follows[c.Collection]; ok {
+		if !head.Subject.ok {
+			return nil, dropf(ReasonBadSubject, "follow subject missing or not a string")
+		}
+		if c.Subject, err = syntax.ParseDID(head.Subject.s); err != nil {
+			return nil, drop(ReasonBadSubject, err)
+		}
+	}
+	c.CreatedAtUS = datetimeUS(head.CreatedAt.s)
+	// json.RawMessage decoding already copied the bytes out of the frame.
+	c.Record = w.Record
+	return c, nil
+}
+
+// skipped builds the KindSkipped event for a dropped frame from whatever
+// position fields were read.
+func skipped(w *wireEvent) Event {
+	ev := Event{Kind: KindSkipped}
+	if w.TimeUS > 0 {
+		ev.TimeUS = w.TimeUS
+		ev.Seq = max(w.Cursor, 0)
+	}
+	if did, err := syntax.ParseDID(w.DID); err == nil {
+		ev.DID = did
+	}
+	return ev
+}
+
+// validHandle keeps a handle only when it parses: an identity event is a
+// hint to re-resolve the DID, so a junk handle is not worth dropping it for.
+func validHandle(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	if _, err := syntax.ParseHandle(raw); err != nil {
+		return ""
+	}
+	return raw
+}

@@ -1,0 +1,172 @@
+package jetstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+const (
+	// maxRefusalBody bounds how much of a refused handshake's body we
+	// read: enough for the reason a server gives, not a page of HTML.
+	maxRefusalBody = 512
+	pongWriteWait  = 5 * time.Second
+)
+
+// refusedError is a dial the server answered with an HTTP status instead
+// of a websocket upgrade (a 503 while a v2 server starts, a 400 with its
+// reason in the body).
+type refusedError struct {
+	Status int
+	Body   string
+	Err    error
+}
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("dial refused: status %d: %s", e.Status, e.Body)
+}
+
+func (e *refusedError) Unwrap() error { return e.Err }
+
+// session runs one connection to host and returns how many events it
+// delivered on out. It returns when the connection fails or ctx ends.
+func (c *Client) session(ctx context.Context, host string, pos Position, out chan<- Event) (int, error) {
+	cursor := cursorFor(host, pos, c.cfg.Rewind)
+	target, err := subscribeURL(host, c.cfg.WantedCollections, cursor)
+	if err != nil {
+		return 0, err
+	}
+	var header http.Header
+	if c.cfg.UserAgent != "" {
+		header = http.Header{"User-Agent": {c.cfg.UserAgent}}
+	}
+	conn, resp, err := c.dialer.DialContext(ctx, target, header)
+	if err != nil {
+		c.m.dialError()
+		if resp != nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
+			_ = resp.Body.Close()
+			return 0, &refusedError{Status: resp.StatusCode, Body: string(bytes.TrimSpace(body)), Err: err}
+		}
+		return 0, fmt.Errorf("dial: %w", err)
+	}
+	c.logger.Info("connected", "host", host, "cursor", cursor)
+	c.m.setConnected(true)
+	defer c.m.setConnected(false)
+
+	// Closing the conn is the only way to interrupt a blocked read.
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stop()
+	defer conn.Close()
+	c.keepalive(conn)
+
+	var (
+		buf       bytes.Buffer
+		delivered int
+	)
+	for {
+		typ, truncated, err := c.readFrame(conn, &buf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return delivered, nil
+			}
+			return delivered, fmt.Errorf("read frame: %w", err)
+		}
+
+		var ev Event
+		var derr *DropError
+		switch {
+		case typ != websocket.TextMessage:
+			derr = dropf(ReasonBinaryFrame, "unexpected binary frame")
+		case truncated:
+			// Drop it but keep its position: reconnecting instead would
+			// replay the same frame forever.
+			ev = salvagePosition(buf.Bytes())
+			derr = dropf(ReasonFrameTooLarge, "frame over %d bytes", c.cfg.MaxFrameBytes)
+		default:
+			var err error
+			ev, err = c.dec.Decode(buf.Bytes())
+			if err != nil && !errors.As(err, &derr) {
+				derr = drop(ReasonBadJSON, err)
+			}
+		}
+		if derr != nil {
+			c.m.frameDropped(derr.Reason)
+			c.drops.log(host, &ev, derr)
+			if ev.TimeUS <= 0 {
+				continue
+			}
+			ev.Kind = KindSkipped
+		} else {
+			c.m.eventReceived(&ev)
+		}
+
+		ev.Host = host
+		select {
+		case out <- ev:
+			delivered++
+		case <-ctx.Done():
+			return delivered, nil
+		}
+	}
+}
+
+// readFrame reads the next message into buf, keeping at most MaxFrameBytes
+// of it. The rest of an oversized message is read and discarded so the
+// connection survives; memory stays bounded either way. gorilla's own read
+// limit is not used: it kills the connection, and with compression it
+// counts compressed bytes.
+func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer) (typ int, truncated bool, err error) {
+	if err := conn.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout)); err != nil {
+		return 0, false, err
+	}
+	typ, r, err := conn.NextReader()
+	if err != nil {
+		return 0, false, err
+	}
+	buf.Reset()
+	n, err := buf.ReadFrom(io.LimitReader(r, c.cfg.MaxFrameBytes+1))
+	if err != nil {
+		return 0, false, err
+	}
+	if n > c.cfg.MaxFrameBytes {
+		truncated = true
+		buf.Truncate(int(c.cfg.MaxFrameBytes))
+		rest, err := io.Copy(io.Discard, r)
+		n += rest
+		if err != nil {
+			return 0, false, err
+		}
+	}
+	c.m.bytesReceived(int(n))
+	return typ, truncated, nil
+}
+
+// keepalive renews the read deadline on pings and pongs as well as frames,
+// so a quiet but healthy stream (a narrow wantedCollections filter) is not
+// mistaken for a dead one. Pings are answered here, inside the read loop,
+// which is why that loop must never wait on anything slower than out.
+func (c *Client) keepalive(conn *websocket.Conn) {
+	conn.SetPingHandler(func(data string) error {
+		_ = conn.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
+		err := conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(pongWriteWait))
+		if err == nil || errors.Is(err, websocket.ErrCloseSent) {
+			return nil
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		return err
+	})
+	conn.SetPongHandler(func(string) error {
+		return conn.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
+	})
+}
