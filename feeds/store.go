@@ -186,3 +186,12 @@ func (s *Store) Close() error {
 	errs = append(errs, s.writer.Close())
 	return errors.Join(errs...)
 }
+
+// Checkpoint folds the WAL back into the database file, so a stopped daemon
+// leaves one self-contained file behind.
+func (s *Store) Checkpoint(ctx context.Context) error {
+	if _, err := s.writer.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}

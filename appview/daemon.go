@@ -1,0 +1,191 @@
+package appview
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/jetstream"
+	"github.com/atfeeds/appview/xrpc"
+)
+
+// Version is the daemon's version, set at build time with
+// -ldflags "-X github.com/atfeeds/appview/appview.Version=…".
+var Version = "dev"
+
+// Options are the parts of Build a caller may supply instead of the
+// defaults; tests use them to bind 127.0.0.1:0 and read the port back.
+type Options struct {
+	Logger *slog.Logger
+	// Listener, when set, is served instead of listening on HTTP.Listen.
+	Listener net.Listener
+}
+
+// Daemon is the running appview: the Jetstream consumer, the ingester that
+// writes batches, and the XRPC server, over one Store.
+type Daemon struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *feeds.Store
+	consumer *jetstream.Client
+	ingest   *ingester
+	server   *xrpc.Server
+	listener net.Listener
+}
+
+// Build opens the database and constructs every part; nothing runs until
+// Run. On error everything opened so far is closed.
+func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid config: %w", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	reg := newRegistry(Version)
+
+	storeFeeds, specs := feedDefinitions(cfg)
+	store, err := feeds.Open(ctx, feeds.Options{
+		Path:    cfg.Database.Path,
+		Feeds:   storeFeeds,
+		Logger:  log,
+		Metrics: feeds.NewMetrics(reg),
+	})
+	if err != nil {
+		return nil, err
+	}
+	registerLag(reg, store, time.Now)
+
+	var follows []syntax.NSID
+	for _, c := range cfg.FollowCollections() {
+		follows = append(follows, syntax.NSID(c))
+	}
+	wanted := cfg.WantedCollections()
+	consumer := jetstream.NewClient(jetstream.Config{
+		URLs:              cfg.Jetstream.URLs,
+		WantedCollections: wanted,
+		Rewind:            cfg.Jetstream.Rewind,
+		Compression:       cfg.Jetstream.Compression,
+		MaxFrameBytes:     cfg.Jetstream.MaxFrameBytes,
+		ReadTimeout:       cfg.Jetstream.ReadTimeout,
+		UserAgent:         "atfeeds-appview/" + Version,
+	}, jetstream.NewDecoder(jetstream.DecoderConfig{FollowCollections: follows}), log, jetstream.NewMetrics(reg, wanted))
+
+	server := xrpc.NewServer(xrpc.Config{
+		Namespace:  cfg.XRPC.Namespace,
+		Feeds:      specs,
+		Reader:     store,
+		Version:    Version,
+		Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Logger:     log,
+		Registerer: reg,
+	})
+
+	listener := opts.Listener
+	if listener == nil {
+		listener, err = net.Listen("tcp", cfg.HTTP.Listen)
+		if err != nil {
+			store.Close()
+			return nil, fmt.Errorf("listen on %s: %w", cfg.HTTP.Listen, err)
+		}
+	}
+	return &Daemon{
+		cfg:      cfg,
+		log:      log.With("component", "daemon"),
+		store:    store,
+		consumer: consumer,
+		ingest: &ingester{
+			store:         store,
+			batchSize:     cfg.Ingest.BatchSize,
+			batchInterval: cfg.Ingest.BatchInterval,
+			log:           log.With("component", "ingest"),
+		},
+		server:   server,
+		listener: listener,
+	}, nil
+}
+
+// feedDefinitions translates the validated config into the store's feeds
+// and the server's feed specs.
+func feedDefinitions(cfg Config) ([]feeds.Feed, []xrpc.FeedSpec) {
+	var out []feeds.Feed
+	var specs []xrpc.FeedSpec
+	for _, f := range cfg.Feeds {
+		feed := feeds.Feed{Name: f.Name, FollowCollection: syntax.NSID(f.FollowCollection), MergeLimit: f.MergeLimit}
+		spec := xrpc.FeedSpec{Name: f.Name}
+		for _, t := range f.Targets {
+			feed.Targets = append(feed.Targets, feeds.Target{Collection: syntax.NSID(t.Collection), Cap: t.Cap})
+			spec.Collections = append(spec.Collections, syntax.NSID(t.Collection))
+		}
+		out = append(out, feed)
+		specs = append(specs, spec)
+	}
+	return out, specs
+}
+
+// Addr is the address the XRPC server listens on.
+func (d *Daemon) Addr() net.Addr { return d.listener.Addr() }
+
+// Store exposes the database, for commands and tests.
+func (d *Daemon) Store() *feeds.Store { return d.store }
+
+// Run runs the consumer, the ingester and the server until ctx ends or one
+// of them fails. A cancelled ctx is a clean exit: the ingester commits its
+// last batch with its cursor before Run returns.
+func (d *Daemon) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	events := make(chan jetstream.Event, d.cfg.Jetstream.QueueSize)
+
+	if len(d.cfg.WantedCollections()) == 0 {
+		// An empty wantedCollections asks Jetstream for everything; with no
+		// feeds there is nothing to consume.
+		d.log.Info("no feeds configured: not subscribing to jetstream")
+	} else {
+		g.Go(func() error {
+			return named("jetstream", d.consumer.Run(gctx, d.resumePosition, events))
+		})
+	}
+	g.Go(func() error { return named("ingest", d.ingest.Run(gctx, events)) })
+	g.Go(func() error { return named("http", d.server.Serve(d.listener)) })
+	g.Go(func() error {
+		<-gctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(gctx), 5*time.Second)
+		defer cancel()
+		return named("http shutdown", d.server.Shutdown(shutdownCtx))
+	})
+	d.log.Info("appview running", "listen", d.listener.Addr().String(), "database", d.cfg.Database.Path,
+		"jetstream", d.cfg.Jetstream.URLs[0], "feeds", len(d.cfg.Feeds))
+	err := g.Wait()
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// resumePosition is the consumer's view of the last committed cursor.
+func (d *Daemon) resumePosition() jetstream.Position {
+	c := d.store.Cursor()
+	return jetstream.Position{TimeUS: c.TimeUS, Seq: c.Seq, Host: c.Host}
+}
+
+// Close checkpoints and closes the database. Call it after Run has
+// returned; ctx bounds the checkpoint.
+func (d *Daemon) Close(ctx context.Context) error {
+	return errors.Join(d.store.Checkpoint(ctx), d.store.Close())
+}
+
+func named(part string, err error) error {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", part, err)
+}

@@ -1,0 +1,355 @@
+package appview
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/atfeeds/appview/jetstream/jetstreamtest"
+)
+
+const (
+	followNSID = "app.bsky.graph.follow"
+	postNSID   = "app.bsky.feed.post"
+	t0         = int64(1_795_975_616_000_000) // a plausible time_us
+)
+
+// testDaemon is a daemon running against a fake Jetstream on loopback.
+type testDaemon struct {
+	*Daemon
+	base string
+	stop func()
+}
+
+func testConfig(t *testing.T, js *jetstreamtest.Server, dbPath string) Config {
+	cfg := DefaultConfig()
+	cfg.Database.Path = dbPath
+	cfg.Jetstream.URLs = []string{js.URL()}
+	cfg.Ingest.BatchInterval = 5 * time.Millisecond
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	return cfg
+}
+
+func startDaemon(t *testing.T, js *jetstreamtest.Server, cfg Config) *testDaemon {
+	t.Helper()
+	subscribed := len(js.Queries())
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Build(context.Background(), cfg, Options{Listener: l, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	td := &testDaemon{Daemon: d, base: "http://" + l.Addr().String()}
+	// Jetstream without a cursor starts at the live tip: wait until the
+	// daemon is subscribed before a test appends frames.
+	if !js.WaitConnections(subscribed+1, 10*time.Second) {
+		t.Fatal("daemon did not subscribe within 10s")
+	}
+	stopped := false
+	td.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("daemon did not stop within 10s")
+		}
+		if err := d.Close(context.Background()); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	}
+	t.Cleanup(td.stop)
+	return td
+}
+
+// waitCursor polls until the committed cursor reaches timeUS.
+func (td *testDaemon) waitCursor(t *testing.T, timeUS int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for td.Store().Cursor().TimeUS < timeUS {
+		if time.Now().After(deadline) {
+			t.Fatalf("cursor stuck at %d, want %d", td.Store().Cursor().TimeUS, timeUS)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+type feedResponse struct {
+	Records []struct {
+		URI        string          `json:"uri"`
+		CID        string          `json:"cid"`
+		DID        string          `json:"did"`
+		Collection string          `json:"collection"`
+		RKey       string          `json:"rkey"`
+		TimeUS     int64           `json:"time_us"`
+		Value      json.RawMessage `json:"value"`
+	} `json:"records"`
+	Cursor string `json:"cursor"`
+}
+
+// feed reads an actor's whole feed over HTTP and returns its record keys.
+func (td *testDaemon) feed(t *testing.T, actor string) []string {
+	t.Helper()
+	var out []string
+	cursor := ""
+	for {
+		q := url.Values{"feed": {"following"}, "actor": {actor}, "limit": {"2"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var page feedResponse
+		td.getJSON(t, "/xrpc/com.example.appview.getFeed?"+q.Encode(), &page)
+		for _, r := range page.Records {
+			out = append(out, r.RKey)
+		}
+		if page.Cursor == "" {
+			return out
+		}
+		cursor = page.Cursor
+	}
+}
+
+func (td *testDaemon) getJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	resp, err := http.Get(td.base + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, body)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		t.Fatalf("GET %s: %v in %s", path, err, body)
+	}
+}
+
+func (td *testDaemon) metrics(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get(td.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
+}
+
+func user(name string) string { return "did:plc:" + name }
+
+func TestDaemonEndToEnd(t *testing.T) {
+	js := jetstreamtest.NewServer()
+	defer js.Close()
+	td := startDaemon(t, js, testConfig(t, js, t.TempDir()+"/appview.db"))
+
+	js.Append(
+		jetstreamtest.Follow(followNSID, user("alice"), "f1", user("carol"), t0+1),
+		jetstreamtest.Follow(followNSID, user("bob"), "f2", user("carol"), t0+2),
+		jetstreamtest.Follow(followNSID, user("alice"), "f3", user("dave"), t0+3),
+		jetstreamtest.Follow(followNSID, user("alice"), "f4", user("dave"), t0+4), // a second follow of dave
+		jetstreamtest.Post(user("carol"), "p1", t0+10, "one"),
+		[]byte(`{"did":"did:plc:carol","time_us":`+fmt.Sprint(t0+11)+`,"kind":"commit","commit":{`), // truncated junk
+		jetstreamtest.Post(user("dave"), "p2", t0+12, "two"),
+		jetstreamtest.Post(user("carol"), "p3", t0+13, "three"),
+		jetstreamtest.Post(user("erin"), "p4", t0+14, "nobody follows erin"),
+	)
+	td.waitCursor(t, t0+14)
+	if got, want := td.feed(t, user("alice")), []string{"p3", "p2", "p1"}; !slices.Equal(got, want) {
+		t.Errorf("alice = %v, want %v", got, want)
+	}
+	if got, want := td.feed(t, user("bob")), []string{"p3", "p1"}; !slices.Equal(got, want) {
+		t.Errorf("bob = %v, want %v", got, want)
+	}
+
+	js.Append(
+		jetstreamtest.Delete(postNSID, user("carol"), "p1", t0+20),
+		jetstreamtest.Delete(followNSID, user("bob"), "f2", t0+21),   // bob unfollows carol
+		jetstreamtest.Delete(followNSID, user("alice"), "f3", t0+22), // alice still follows dave through f4
+	)
+	td.waitCursor(t, t0+22)
+	if got, want := td.feed(t, user("alice")), []string{"p3", "p2"}; !slices.Equal(got, want) {
+		t.Errorf("alice after deletes = %v, want %v", got, want)
+	}
+	if got := td.feed(t, user("bob")); len(got) != 0 {
+		t.Errorf("bob after unfollow = %v, want empty", got)
+	}
+
+	m := td.metrics(t)
+	for _, want := range []string{
+		`appview_jetstream_events_dropped_total{reason="bad_json"} 1`,
+		`appview_ingest_changes_total{outcome="applied"} 11`,
+		`appview_feed_rows_total{operation="fanout"} 5`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	var health struct{ Version string }
+	td.getJSON(t, "/xrpc/_health", &health)
+	if health.Version != Version {
+		t.Errorf("health version = %q", health.Version)
+	}
+}
+
+// script is a stream with follows, unfollows, posts and deletes among
+// twenty accounts, and replays of its own frames.
+func script() [][]byte {
+	var out [][]byte
+	ts := t0
+	next := func() int64 { ts += 1000; return ts }
+	for i := range 20 {
+		for j := 1; j <= 4; j++ {
+			out = append(out, jetstreamtest.Follow(followNSID, user(fmt.Sprint("u", i)), fmt.Sprint("f", j), user(fmt.Sprint("u", (i+j*3)%20)), next()))
+		}
+	}
+	for k := range 120 {
+		author := user(fmt.Sprint("u", k%20))
+		out = append(out, jetstreamtest.Post(author, fmt.Sprint("p", k), next(), "hello"))
+		if k%7 == 3 {
+			out = append(out, jetstreamtest.Delete(postNSID, author, fmt.Sprint("p", k-1), next()))
+		}
+		if k%11 == 5 {
+			out = append(out, jetstreamtest.Delete(followNSID, user(fmt.Sprint("u", k%20)), "f2", next()))
+		}
+		if k%13 == 0 && k > 0 {
+			out = append(out, out[len(out)-5]) // a duplicate delivery
+		}
+	}
+	return out
+}
+
+func lastTime(frames [][]byte) int64 {
+	var last int64
+	for _, f := range frames {
+		var h struct {
+			TimeUS int64 `json:"time_us"`
+		}
+		json.Unmarshal(f, &h)
+		last = max(last, h.TimeUS)
+	}
+	return last
+}
+
+func allFeeds(t *testing.T, td *testDaemon) map[string][]string {
+	out := map[string][]string{}
+	for i := range 20 {
+		out[fmt.Sprint("u", i)] = td.feed(t, user(fmt.Sprint("u", i)))
+	}
+	return out
+}
+
+func TestReconnectReplayMatchesUninterruptedRun(t *testing.T) {
+	frames := script()
+
+	clean := jetstreamtest.NewServer()
+	defer clean.Close()
+	ref := startDaemon(t, clean, testConfig(t, clean, t.TempDir()+"/ref.db"))
+	clean.Append(frames...)
+	ref.waitCursor(t, lastTime(frames))
+	want := allFeeds(t, ref)
+
+	flaky := jetstreamtest.NewServer()
+	defer flaky.Close()
+	flaky.DropEvery(37)
+	cfg := testConfig(t, flaky, t.TempDir()+"/flaky.db")
+	cfg.Jetstream.Rewind = 3 * time.Millisecond // 3 frames of this script
+	td := startDaemon(t, flaky, cfg)
+	flaky.Append(frames...)
+	td.waitCursor(t, lastTime(frames))
+	if got := allFeeds(t, td); !equalFeeds(got, want) {
+		t.Errorf("feeds after reconnects differ from the uninterrupted run:\n got %v\nwant %v", got, want)
+	}
+	queries := flaky.Queries()
+	if len(queries) < 5 {
+		t.Fatalf("only %d connections; the drops did not happen", len(queries))
+	}
+	for i, q := range queries[1:] {
+		c := q.Get("cursor")
+		if c == "" {
+			t.Fatalf("reconnect %d sent no cursor", i+1)
+		}
+	}
+	if total := len(frames); total < 200 {
+		t.Fatalf("script too short: %d", total)
+	}
+}
+
+func equalFeeds(a, b map[string][]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !slices.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestRestartResumesFromStoredCursor(t *testing.T) {
+	js := jetstreamtest.NewServer()
+	defer js.Close()
+	path := t.TempDir() + "/appview.db"
+	cfg := testConfig(t, js, path)
+
+	first := startDaemon(t, js, cfg)
+	js.Append(
+		jetstreamtest.Follow(followNSID, user("alice"), "f1", user("carol"), t0+1_000_000),
+		jetstreamtest.Post(user("carol"), "p1", t0+2_000_000, "before restart"),
+	)
+	first.waitCursor(t, t0+2_000_000)
+	first.stop()
+	if q := js.Queries()[0]; q.Has("cursor") {
+		t.Errorf("first start sent cursor %q on an empty database", q.Get("cursor"))
+	}
+
+	js.Append(jetstreamtest.Post(user("carol"), "p2", t0+30_000_000, "while down"))
+	second := startDaemon(t, js, cfg)
+	second.waitCursor(t, t0+30_000_000)
+	queries := js.Queries()
+	got := queries[len(queries)-1].Get("cursor")
+	if want := fmt.Sprint(t0 + 2_000_000 - cfg.Jetstream.Rewind.Microseconds()); got != want {
+		t.Errorf("resumed with cursor %s, want the stored time_us minus the rewind %s", got, want)
+	}
+	if got, want := second.feed(t, user("alice")), []string{"p2", "p1"}; !slices.Equal(got, want) {
+		t.Errorf("alice after restart = %v, want %v", got, want)
+	}
+	for _, want := range []string{"wantedCollections"} {
+		if !queries[0].Has(want) {
+			t.Errorf("subscribe query lacks %s: %v", want, queries[0])
+		}
+	}
+}
+
+// testLogger sends the daemon's logs to the test log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

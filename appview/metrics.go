@@ -1,0 +1,43 @@
+package appview
+
+import (
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/atfeeds/appview/feeds"
+)
+
+// newRegistry builds the daemon's own registry (never the global one) with
+// the Go and process collectors and the build_info gauge.
+func newRegistry(version string) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "appview", Name: "build_info",
+		Help: "Always 1; the labels carry the build's version and Go version.",
+	}, []string{"version", "goversion"})
+	info.WithLabelValues(version, runtime.Version()).Set(1)
+	reg.MustRegister(info)
+	return reg
+}
+
+// registerLag exports how far the committed cursor trails the wall clock:
+// the one number that says whether ingest keeps up.
+func registerLag(reg prometheus.Registerer, store *feeds.Store, now func() time.Time) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "appview", Subsystem: "ingest", Name: "cursor_lag_seconds",
+		Help: "Wall clock minus the time_us of the last committed cursor; 0 before the first commit.",
+	}, func() float64 {
+		c := store.Cursor()
+		if c.TimeUS == 0 {
+			return 0
+		}
+		return now().Sub(time.UnixMicro(c.TimeUS)).Seconds()
+	}))
+}

@@ -1,0 +1,81 @@
+package feeds
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// BenchmarkApplyBatch measures ingest through ApplyBatch at several batch
+// sizes: 10k accounts each following 20 others, a stream of post creates
+// (each fans out to about 20 feeds) with a follow create every tenth
+// event. It is how the batch_size default was chosen.
+//
+//	go test ./feeds -run '^$' -bench ApplyBatch -benchtime 20000x
+func BenchmarkApplyBatch(b *testing.B) {
+	for _, size := range []int{10, 100, 1000, 5000} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			s := MustOpen(b, defaultFeeds)
+			const accounts = 10_000
+			seedGraph(b, s, accounts, 20)
+			rng := rand.New(rand.NewPCG(1, 2))
+			batch := &Batch{Changes: make([]Change, 0, size)}
+			ts := int64(1_000_000)
+			var events int
+			var took time.Duration
+			flush := func() {
+				start := time.Now()
+				if _, err := s.ApplyBatch(context.Background(), batch); err != nil {
+					b.Fatal(err)
+				}
+				took += time.Since(start)
+				events += len(batch.Changes)
+				batch.Changes = batch.Changes[:0]
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				ts++
+				author := fmt.Sprint("a", rng.IntN(accounts))
+				var c Change
+				if ts%10 == 0 {
+					c = follow(author, fmt.Sprint("a", rng.IntN(accounts)), fmt.Sprint("nf", ts), ts)
+				} else {
+					c = post(author, fmt.Sprint("p", ts), ts)
+				}
+				batch.Changes = append(batch.Changes, c)
+				batch.Cursor = StreamCursor{TimeUS: ts}
+				if len(batch.Changes) == size {
+					flush()
+				}
+			}
+			if len(batch.Changes) > 0 {
+				flush()
+			}
+			b.ReportMetric(float64(events)/took.Seconds(), "events/s")
+		})
+	}
+}
+
+// seedGraph creates accounts a0…a(n-1), each following `each` others, in
+// bulk SQL.
+func seedGraph(tb testing.TB, s *Store, n, each int) {
+	tb.Helper()
+	apply(tb, s, follow("a0", "a1", "seed", 1))
+	coll := s.followColls[followNSID]
+	if _, err := s.writer.Exec(`
+		WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < ?1)
+		INSERT OR IGNORE INTO actors (did) SELECT 'did:plc:a' || i FROM seq`, n-1); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := s.writer.Exec(`
+		WITH RECURSIVE k(j) AS (SELECT 1 UNION ALL SELECT j + 1 FROM k WHERE j < ?3)
+		INSERT OR IGNORE INTO follows (actor_id, collection_id, rkey, subject_id, rev)
+		SELECT a.id, ?1, 'g' || k.j, b.id, '2222222222222'
+		FROM actors a CROSS JOIN k
+		JOIN actors b ON b.did = 'did:plc:a' || ((CAST(substr(a.did, 10) AS INTEGER) * 7 + k.j * 131) % ?2)
+		WHERE a.did LIKE 'did:plc:a%'`, coll, n, each); err != nil {
+		tb.Fatal(err)
+	}
+}
