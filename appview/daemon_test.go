@@ -353,3 +353,38 @@ func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+// TestShutdownCommitsThePendingBatch stops the daemon while a batch is
+// still open (the flush interval is an hour away) and checks that the
+// events and their cursor were committed on the way out.
+func TestShutdownCommitsThePendingBatch(t *testing.T) {
+	js := jetstreamtest.NewServer()
+	defer js.Close()
+	path := t.TempDir() + "/appview.db"
+	cfg := testConfig(t, js, path)
+	cfg.Ingest.BatchInterval = time.Hour
+	td := startDaemon(t, js, cfg)
+	js.Append(
+		jetstreamtest.Follow(followNSID, user("alice"), "f1", user("carol"), t0+1),
+		jetstreamtest.Post(user("carol"), "p1", t0+2, "pending"),
+	)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(td.metrics(t), `appview_jetstream_events_received_total{collection="app.bsky.feed.post",kind="commit",operation="create"} 1`) {
+		if time.Now().After(deadline) {
+			t.Fatal("events never reached the daemon")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if c := td.Store().Cursor(); c.TimeUS != 0 {
+		t.Fatalf("batch committed before shutdown (cursor %d); the test needs it pending", c.TimeUS)
+	}
+	td.stop()
+
+	after := startDaemon(t, js, cfg)
+	if got := after.Store().Cursor().TimeUS; got != t0+2 {
+		t.Errorf("cursor after restart = %d, want %d", got, t0+2)
+	}
+	if got, want := after.feed(t, user("alice")), []string{"p1"}; !slices.Equal(got, want) {
+		t.Errorf("alice = %v, want %v", got, want)
+	}
+}
