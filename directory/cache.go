@@ -1,0 +1,165 @@
+package directory
+
+import (
+	"container/list"
+	"context"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// cache holds answers and failures for a while, bounded in size, and makes
+// concurrent lookups of one key share one fetch.
+type cache[V any] struct {
+	now            func() time.Time
+	hitTTL, errTTL time.Duration
+	max            int
+	timeout        time.Duration
+	group          singleflight.Group
+
+	mu      sync.Mutex
+	entries map[string]*list.Element // of *entry[V]
+	order   *list.List               // oldest stored first: evicted first
+	// seq numbers fetches; purgedAt[key] is the seq current when key was
+	// purged while a fetch of it was in flight, so fetches that started
+	// before the purge do not store what they found.
+	seq      uint64
+	inflight map[string]int
+	purgedAt map[string]uint64
+}
+
+type entry[V any] struct {
+	key     string
+	val     V
+	err     error
+	expires time.Time
+}
+
+func newCache[V any](cfg Config) *cache[V] {
+	return &cache[V]{
+		now:      cfg.Now,
+		hitTTL:   cfg.HitTTL,
+		errTTL:   cfg.ErrTTL,
+		max:      cfg.MaxEntries,
+		timeout:  cfg.Timeout,
+		entries:  make(map[string]*list.Element),
+		order:    list.New(),
+		inflight: make(map[string]int),
+		purgedAt: make(map[string]uint64),
+	}
+}
+
+// get answers from the cache or runs fetch once for all concurrent callers.
+// fetch runs detached from any one caller's cancellation (bounded by the
+// cache timeout instead), so a caller giving up neither fails the others nor
+// caches a cancellation; each caller still stops waiting when its ctx ends.
+func (c *cache[V]) get(ctx context.Context, key string, fetch func(context.Context) (V, error)) (V, error) {
+	if e, ok := c.lookup(key); ok {
+		return e.val, e.err
+	}
+	if err := ctx.Err(); err != nil {
+		var zero V
+		return zero, err
+	}
+	ch := c.group.DoChan(key, func() (any, error) {
+		// A flight that ended between our lookup and DoChan has stored.
+		if e, ok := c.lookup(key); ok {
+			return e, nil
+		}
+		seq := c.begin(key)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+		defer cancel()
+		val, err := fetch(fctx)
+		e := &entry[V]{key: key, val: val, err: err}
+		c.end(key, seq, e)
+		return e, nil
+	})
+	select {
+	case <-ctx.Done():
+		var zero V
+		return zero, ctx.Err()
+	case r := <-ch:
+		e := r.Val.(*entry[V])
+		return e.val, e.err
+	}
+}
+
+func (c *cache[V]) lookup(key string) (*entry[V], bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.entries[key]
+	if !ok {
+		return nil, false
+	}
+	e := el.Value.(*entry[V])
+	if !c.now().Before(e.expires) {
+		c.order.Remove(el)
+		delete(c.entries, key)
+		return nil, false
+	}
+	return e, true
+}
+
+func (c *cache[V]) begin(key string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	c.inflight[key]++
+	return c.seq
+}
+
+func (c *cache[V]) end(key string, seq uint64, e *entry[V]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	purged, wasPurged := c.purgedAt[key]
+	if c.inflight[key]--; c.inflight[key] <= 0 {
+		delete(c.inflight, key)
+		delete(c.purgedAt, key)
+	}
+	if wasPurged && seq <= purged {
+		return
+	}
+	ttl := c.hitTTL
+	if e.err != nil {
+		ttl = c.errTTL
+	}
+	e.expires = c.now().Add(ttl)
+	if el, ok := c.entries[key]; ok {
+		el.Value = e
+		c.order.MoveToBack(el)
+		return
+	}
+	c.entries[key] = c.order.PushBack(e)
+	for c.order.Len() > c.max {
+		oldest := c.order.Front()
+		c.order.Remove(oldest)
+		delete(c.entries, oldest.Value.(*entry[V]).key)
+	}
+}
+
+// purge drops key and returns the value it held, if any was cached.
+func (c *cache[V]) purge(key string) (V, bool) {
+	c.group.Forget(key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inflight[key] > 0 {
+		c.purgedAt[key] = c.seq
+	}
+	el, ok := c.entries[key]
+	if !ok {
+		var zero V
+		return zero, false
+	}
+	c.order.Remove(el)
+	delete(c.entries, key)
+	e := el.Value.(*entry[V])
+	return e.val, e.err == nil
+}
+
+// len reports the number of stored entries, expired ones included.
+func (c *cache[V]) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.order.Len()
+}

@@ -1,0 +1,210 @@
+// Package directory resolves atproto identities: a DID to its PDS endpoint
+// and verified handle, and a handle to its DID, with a bounded cache.
+//
+// Everything it reads comes from strangers (PLC, did:web hosts, handle
+// domains), so documents are size-capped and parsed here, and a PDS endpoint
+// that points at a private or loopback host is refused: a DID document must
+// not be able to aim the appview at internal services.
+package directory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/egress"
+)
+
+var (
+	// ErrNotFound: the DID or handle does not exist (or its method is not
+	// supported).
+	ErrNotFound = errors.New("identity not found")
+	// ErrHandleMismatch: the handle resolves to a DID whose document does not
+	// claim the handle back.
+	ErrHandleMismatch = errors.New("handle not claimed by its DID document")
+	// ErrInvalidDocument: the DID document is malformed, oversized, for
+	// another DID, or has no usable #atproto_pds service.
+	ErrInvalidDocument = errors.New("invalid DID document")
+	// ErrForbiddenPDS: the PDS endpoint points at a private, loopback or
+	// link-local host and private networks are not allowed.
+	ErrForbiddenPDS = errors.New("forbidden PDS endpoint")
+	// ErrUnavailable: resolution failed for a reason that may pass (network
+	// error, timeout, 5xx from the directory).
+	ErrUnavailable = errors.New("identity resolution unavailable")
+)
+
+// Config configures New. Zero values take the defaults noted.
+type Config struct {
+	// PLCURL is the PLC directory (default https://plc.directory).
+	PLCURL string
+	// HandleResolverURL, when set, is an XRPC service answering
+	// com.atproto.identity.resolveHandle, used instead of DNS and HTTPS
+	// well-known lookups (local networks with .test handles need it).
+	HandleResolverURL string
+	// HitTTL and ErrTTL bound how long answers and failures are cached
+	// (default 1h and 2m).
+	HitTTL, ErrTTL time.Duration
+	// MaxEntries bounds each of the DID and handle caches (default 100,000).
+	MaxEntries int
+	// HTTPClient is used for every request (default an egress client that
+	// follows AllowPrivateNetworks).
+	HTTPClient *http.Client
+	// AllowPrivateNetworks accepts PDS endpoints on private, loopback and
+	// link-local hosts.
+	AllowPrivateNetworks bool
+	// SkipHandleVerification makes LookupDID skip the handle round trip and
+	// return an empty Handle: for callers that need only the PDS.
+	SkipHandleVerification bool
+	// Timeout bounds one resolution, shared by every caller waiting on it
+	// (default 30s).
+	Timeout time.Duration
+	// Now is the clock for cache expiry (default time.Now).
+	Now func() time.Time
+}
+
+const (
+	defaultPLCURL     = "https://plc.directory"
+	defaultHitTTL     = time.Hour
+	defaultErrTTL     = 2 * time.Minute
+	defaultMaxEntries = 100_000
+	defaultTimeout    = 30 * time.Second
+
+	// maxDocumentBytes caps a DID document; real ones are about 1 KiB.
+	maxDocumentBytes = 64 << 10
+	// maxHandleAnswerBytes caps a resolveHandle answer.
+	maxHandleAnswerBytes = 4 << 10
+)
+
+// Identity is what the appview needs to know about an account.
+type Identity struct {
+	DID syntax.DID
+	// Handle is empty unless it was verified in both directions.
+	Handle syntax.Handle
+	// PDS is the http(s) URL of the #atproto_pds service, without a
+	// trailing slash.
+	PDS string
+}
+
+// Directory resolves and caches identities. It is safe for concurrent use.
+type Directory struct {
+	cfg    Config
+	client *http.Client
+	plcURL string
+	// lookupTXT is net.DefaultResolver.LookupTXT outside tests.
+	lookupTXT func(ctx context.Context, name string) ([]string, error)
+	docs      *cache[document]
+	handles   *cache[syntax.DID]
+}
+
+// New returns a Directory for cfg.
+func New(cfg Config) *Directory {
+	if cfg.PLCURL == "" {
+		cfg.PLCURL = defaultPLCURL
+	}
+	if cfg.HitTTL <= 0 {
+		cfg.HitTTL = defaultHitTTL
+	}
+	if cfg.ErrTTL <= 0 {
+		cfg.ErrTTL = defaultErrTTL
+	}
+	if cfg.MaxEntries <= 0 {
+		cfg.MaxEntries = defaultMaxEntries
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = defaultTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = egress.NewClient(egress.Options{AllowPrivateNetworks: cfg.AllowPrivateNetworks})
+	}
+	d := &Directory{
+		cfg:       cfg,
+		client:    cfg.HTTPClient,
+		plcURL:    strings.TrimRight(cfg.PLCURL, "/"),
+		lookupTXT: net.DefaultResolver.LookupTXT,
+		docs:      newCache[document](cfg),
+		handles:   newCache[syntax.DID](cfg),
+	}
+	return d
+}
+
+// LookupDID resolves did to its PDS endpoint and, unless
+// SkipHandleVerification is set, its handle when that resolves back to did.
+func (d *Directory) LookupDID(ctx context.Context, did syntax.DID) (*Identity, error) {
+	doc, err := d.document(ctx, did)
+	if err != nil {
+		return nil, err
+	}
+	ident := &Identity{DID: did, PDS: doc.pds}
+	if doc.handle == "" || d.cfg.SkipHandleVerification {
+		return ident, nil
+	}
+	// A handle that fails to resolve only leaves Handle empty; the account
+	// is still usable through its DID.
+	resolved, err := d.resolveHandle(ctx, doc.handle)
+	if err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if err == nil && resolved == did {
+		ident.Handle = doc.handle
+	}
+	return ident, nil
+}
+
+// LookupHandle resolves handle to a DID and checks that the DID document
+// claims the handle back (ErrHandleMismatch otherwise).
+func (d *Directory) LookupHandle(ctx context.Context, handle syntax.Handle) (*Identity, error) {
+	handle = handle.Normalize()
+	if handle.IsInvalidHandle() {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, handle)
+	}
+	did, err := d.resolveHandle(ctx, handle)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := d.document(ctx, did)
+	if err != nil {
+		return nil, err
+	}
+	if doc.handle != handle {
+		return nil, fmt.Errorf("%w: %s resolves to %s, which claims %q", ErrHandleMismatch, handle, did, doc.handle)
+	}
+	return &Identity{DID: did, Handle: handle, PDS: doc.pds}, nil
+}
+
+// Purge forgets what is cached about did and about the handle its cached
+// document claimed, so the next lookup asks again (Jetstream identity
+// events). A resolution already in flight is not cached when it ends.
+func (d *Directory) Purge(did syntax.DID) {
+	if doc, ok := d.docs.purge(did.String()); ok && doc.handle != "" {
+		d.handles.purge(doc.handle.String())
+	}
+}
+
+// PurgeHandle forgets the cached resolution of handle.
+func (d *Directory) PurgeHandle(handle syntax.Handle) {
+	d.handles.purge(handle.Normalize().String())
+}
+
+func (d *Directory) document(ctx context.Context, did syntax.DID) (document, error) {
+	return d.docs.get(ctx, did.String(), func(ctx context.Context) (document, error) {
+		return d.fetchDocument(ctx, did)
+	})
+}
+
+func (d *Directory) resolveHandle(ctx context.Context, handle syntax.Handle) (syntax.DID, error) {
+	return d.handles.get(ctx, handle.String(), func(ctx context.Context) (syntax.DID, error) {
+		if d.cfg.HandleResolverURL != "" {
+			return d.resolveHandleXRPC(ctx, handle)
+		}
+		return d.resolveHandleNetwork(ctx, handle)
+	})
+}

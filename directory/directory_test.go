@@ -1,0 +1,398 @@
+package directory
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/directory/plctest"
+	"github.com/atfeeds/appview/egress"
+)
+
+const (
+	alice = syntax.DID("did:plc:alice234567abcdefghijklm")
+	bob   = syntax.DID("did:plc:bob234567abcdefghijklmno")
+	pds1  = "https://pds1.example.com"
+	pds2  = "https://pds2.example.com"
+)
+
+// clock is a settable clock for cache expiry.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// newTestDirectory returns a Directory backed by plc, which also resolves
+// handles. The HTTP client may reach loopback (the fake PLC lives there);
+// PDS endpoints are still checked because AllowPrivateNetworks is off.
+func newTestDirectory(t *testing.T, plc *plctest.Server, mod func(*Config)) (*Directory, *clock) {
+	t.Helper()
+	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	cfg := Config{
+		PLCURL:            plc.URL(),
+		HandleResolverURL: plc.URL(),
+		HTTPClient:        egress.NewClient(egress.Options{AllowPrivateNetworks: true, Timeout: 5 * time.Second}),
+		Now:               clk.Now,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	return New(cfg), clk
+}
+
+func startPLC(t *testing.T) *plctest.Server {
+	t.Helper()
+	plc := plctest.NewServer()
+	t.Cleanup(plc.Close)
+	return plc
+}
+
+func TestLookupDID(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "Alice.Test", pds1+"/")
+	d, _ := newTestDirectory(t, plc, nil)
+
+	ident, err := d.LookupDID(t.Context(), alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Identity{DID: alice, Handle: "alice.test", PDS: pds1}
+	if *ident != want {
+		t.Fatalf("got %+v, want %+v", *ident, want)
+	}
+
+	// A handle that does not resolve back is not reported.
+	plc.Add(bob, "bob.test", pds2)
+	plc.SetHandle("bob.test", alice)
+	ident, err = d.LookupDID(t.Context(), bob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ident.Handle != "" || ident.PDS != pds2 {
+		t.Fatalf("unverified handle: got %+v", *ident)
+	}
+}
+
+func TestLookupHandle(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "alice.test", pds1)
+	plc.SetHandle("impostor.test", alice)
+	d, _ := newTestDirectory(t, plc, nil)
+
+	ident, err := d.LookupHandle(t.Context(), "ALICE.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Identity{DID: alice, Handle: "alice.test", PDS: pds1}); *ident != want {
+		t.Fatalf("got %+v, want %+v", *ident, want)
+	}
+	if _, err := d.LookupHandle(t.Context(), "impostor.test"); !errors.Is(err, ErrHandleMismatch) {
+		t.Fatalf("impostor: %v", err)
+	}
+	if _, err := d.LookupHandle(t.Context(), "nobody.test"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown handle: %v", err)
+	}
+	before := plc.HandleRequests()
+	if _, err := d.LookupHandle(t.Context(), "handle.invalid"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("handle.invalid: %v", err)
+	}
+	if plc.HandleRequests() != before {
+		t.Fatal("handle.invalid was sent to the resolver")
+	}
+}
+
+func TestCacheTTL(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "alice.test", pds1)
+	d, clk := newTestDirectory(t, plc, func(c *Config) {
+		c.HitTTL = time.Hour
+		c.ErrTTL = time.Minute
+	})
+	ctx := t.Context()
+	for range 3 {
+		if _, err := d.LookupDID(ctx, alice); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := plc.RequestsFor(alice); got != 1 {
+		t.Fatalf("cached lookups: %d requests", got)
+	}
+	clk.Advance(59 * time.Minute)
+	d.LookupDID(ctx, alice)
+	if got := plc.RequestsFor(alice); got != 1 {
+		t.Fatalf("before expiry: %d requests", got)
+	}
+	clk.Advance(time.Minute)
+	d.LookupDID(ctx, alice)
+	if got := plc.RequestsFor(alice); got != 2 {
+		t.Fatalf("after expiry: %d requests", got)
+	}
+
+	// Failures are cached for ErrTTL.
+	for range 2 {
+		if _, err := d.LookupDID(ctx, bob); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("unknown DID: %v", err)
+		}
+	}
+	if got := plc.RequestsFor(bob); got != 1 {
+		t.Fatalf("cached failure: %d requests", got)
+	}
+	plc.Add(bob, "bob.test", pds2)
+	clk.Advance(time.Minute)
+	if _, err := d.LookupDID(ctx, bob); err != nil {
+		t.Fatalf("after error TTL: %v", err)
+	}
+}
+
+func TestConcurrentLookupsShareOneFetch(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "alice.test", pds1)
+	plc.Block()
+	d, _ := newTestDirectory(t, plc, nil)
+
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for range n {
+		wg.Go(func() {
+			_, err := d.LookupDID(t.Context(), alice)
+			errs <- err
+		})
+		wg.Go(func() {
+			_, err := d.LookupHandle(t.Context(), "alice.test")
+			errs <- err
+		})
+	}
+	waitFor(t, func() bool { return plc.Requests() >= 1 })
+	plc.Release()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := plc.Requests(); got != 1 {
+		t.Fatalf("document requests: got %d, want 1", got)
+	}
+	if got := plc.HandleRequests(); got != 1 {
+		t.Fatalf("handle requests: got %d, want 1", got)
+	}
+}
+
+func TestCallerCancellationDoesNotFailOthers(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "", pds1)
+	plc.Block()
+	d, _ := newTestDirectory(t, plc, nil)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.LookupDID(ctx, alice)
+		done <- err
+	}()
+	waitFor(t, func() bool { return plc.Requests() == 1 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled caller: %v", err)
+	}
+	plc.Release()
+	ident, err := d.LookupDID(t.Context(), alice)
+	if err != nil || ident.PDS != pds1 {
+		t.Fatalf("second caller: %+v %v", ident, err)
+	}
+	if got := plc.Requests(); got != 1 {
+		t.Fatalf("requests: got %d, want 1 (the detached fetch is shared)", got)
+	}
+}
+
+func TestPurge(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "alice.test", pds1)
+	d, _ := newTestDirectory(t, plc, nil)
+	ctx := t.Context()
+	if _, err := d.LookupHandle(ctx, "alice.test"); err != nil {
+		t.Fatal(err)
+	}
+
+	// alice moves PDS and changes handle; an identity event purges her.
+	plc.Add(alice, "alice2.test", pds2)
+	plc.SetHandle("alice.test", "")
+	d.Purge(alice)
+	ident, err := d.LookupDID(ctx, alice)
+	if err != nil || *ident != (Identity{DID: alice, Handle: "alice2.test", PDS: pds2}) {
+		t.Fatalf("after purge: %+v %v", ident, err)
+	}
+	if _, err := d.LookupHandle(ctx, "alice.test"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("old handle after purge: %v", err)
+	}
+}
+
+func TestPurgeDuringFetch(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "", pds1)
+	plc.Block()
+	d, _ := newTestDirectory(t, plc, nil)
+
+	done := make(chan *Identity, 1)
+	go func() {
+		ident, _ := d.LookupDID(t.Context(), alice)
+		done <- ident
+	}()
+	waitFor(t, func() bool { return plc.Requests() == 1 })
+	d.Purge(alice) // the document being fetched may already be stale
+	plc.Add(alice, "", pds2)
+	plc.Release()
+	<-done
+
+	ident, err := d.LookupDID(t.Context(), alice)
+	if err != nil || ident.PDS != pds2 {
+		t.Fatalf("the fetch that raced the purge was cached: %+v %v", ident, err)
+	}
+	if got := plc.Requests(); got != 2 {
+		t.Fatalf("requests: got %d, want 2", got)
+	}
+}
+
+func TestEviction(t *testing.T) {
+	plc := startPLC(t)
+	dids := []syntax.DID{alice, bob, "did:plc:carol34567abcdefghijklmn"}
+	for _, did := range dids {
+		plc.Add(did, "", pds1)
+	}
+	d, _ := newTestDirectory(t, plc, func(c *Config) { c.MaxEntries = 2 })
+	for _, did := range dids {
+		if _, err := d.LookupDID(t.Context(), did); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := d.docs.len(); n != 2 {
+		t.Fatalf("cache holds %d entries, want 2", n)
+	}
+	d.LookupDID(t.Context(), alice) // evicted first: fetched again
+	d.LookupDID(t.Context(), dids[2])
+	if a, c := plc.RequestsFor(alice), plc.RequestsFor(dids[2]); a != 2 || c != 1 {
+		t.Fatalf("requests: alice %d (want 2), carol %d (want 1)", a, c)
+	}
+}
+
+func TestBadDocuments(t *testing.T) {
+	plc := startPLC(t)
+	d, _ := newTestDirectory(t, plc, nil)
+	big := strings.Repeat(`"at://x.test",`, 6000)
+	for name, tc := range map[string]struct {
+		body string
+		want error
+	}{
+		"not json":       {`<html>`, ErrInvalidDocument},
+		"truncated":      {string(plctest.Document(alice, "a.test", pds1)[:40]), ErrInvalidDocument},
+		"other did":      {string(plctest.Document(bob, "a.test", pds1)), ErrInvalidDocument},
+		"no pds":         {`{"id":"` + alice.String() + `","service":[]}`, ErrInvalidDocument},
+		"wrong type":     {`{"id":"` + alice.String() + `","service":[{"id":"#atproto_pds","type":"Other","serviceEndpoint":"https://x.com"}]}`, ErrInvalidDocument},
+		"object":         {`{"id":"` + alice.String() + `","service":[{"id":"#atproto_pds","type":"AtprotoPersonalDataServer","serviceEndpoint":{"uri":"https://x.com"}}]}`, ErrInvalidDocument},
+		"ftp endpoint":   {string(plctest.Document(alice, "", "ftp://pds.example.com")), ErrInvalidDocument},
+		"no host":        {string(plctest.Document(alice, "", "https:///xrpc")), ErrInvalidDocument},
+		"userinfo":       {string(plctest.Document(alice, "", "https://u:p@pds.example.com")), ErrInvalidDocument},
+		"oversized":      {`{"id":"` + alice.String() + `","alsoKnownAs":[` + big + `"at://a.test"]}`, ErrInvalidDocument},
+		"loopback":       {string(plctest.Document(alice, "", "http://127.0.0.1:2583")), ErrForbiddenPDS},
+		"private":        {string(plctest.Document(alice, "", "http://10.0.0.1")), ErrForbiddenPDS},
+		"metadata":       {string(plctest.Document(alice, "", "http://169.254.169.254/latest")), ErrForbiddenPDS},
+		"localhost":      {string(plctest.Document(alice, "", "http://localhost:2583")), ErrForbiddenPDS},
+		"ipv6 loopback":  {string(plctest.Document(alice, "", "http://[::1]:2583")), ErrForbiddenPDS},
+		"mapped private": {string(plctest.Document(alice, "", "http://[::ffff:192.168.0.1]")), ErrForbiddenPDS},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d.Purge(alice)
+			plc.SetDocument(alice, []byte(tc.body))
+			_, err := d.LookupDID(t.Context(), alice)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+
+	t.Run("content type", func(t *testing.T) {
+		d.Purge(alice)
+		plc.Add(alice, "", pds1)
+		plc.SetContentType("text/html")
+		defer plc.SetContentType("application/json")
+		if _, err := d.LookupDID(t.Context(), alice); !errors.Is(err, ErrInvalidDocument) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("tombstoned", func(t *testing.T) {
+		d.Purge(alice)
+		plc.Tombstone(alice)
+		if _, err := d.LookupDID(t.Context(), alice); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("unsupported method", func(t *testing.T) {
+		if _, err := d.LookupDID(t.Context(), "did:key:z6Mkabc"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+func TestPrivatePDSAllowed(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "alice.test", "http://127.0.0.1:2583")
+	d, _ := newTestDirectory(t, plc, func(c *Config) { c.AllowPrivateNetworks = true })
+	ident, err := d.LookupHandle(t.Context(), "alice.test")
+	if err != nil || ident.PDS != "http://127.0.0.1:2583" {
+		t.Fatalf("got %+v %v", ident, err)
+	}
+}
+
+func TestPLCFailureIsUnavailable(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "overloaded", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	d := New(Config{PLCURL: srv.URL, HTTPClient: egress.NewClient(egress.Options{AllowPrivateNetworks: true})})
+	if _, err := d.LookupDID(t.Context(), alice); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestPLCOnLoopbackRefusedByDefaultClient(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "", pds1)
+	d := New(Config{PLCURL: plc.URL()}) // default client: private networks refused
+	_, err := d.LookupDID(t.Context(), alice)
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, egress.ErrForbiddenAddress) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// waitFor polls cond until it holds or a deadline passes.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met before the deadline")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

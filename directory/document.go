@@ -1,0 +1,120 @@
+package directory
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/egress"
+)
+
+// document is the part of a DID document the appview uses.
+type document struct {
+	handle syntax.Handle // declared, not verified; empty if none
+	pds    string
+}
+
+// rawDocument keeps serviceEndpoint raw: the DID spec allows maps and lists
+// there, and a document with such a service for something else must not
+// fail to parse.
+type rawDocument struct {
+	ID          string   `json:"id"`
+	AlsoKnownAs []string `json:"alsoKnownAs"`
+	Service     []struct {
+		ID              string          `json:"id"`
+		Type            string          `json:"type"`
+		ServiceEndpoint json.RawMessage `json:"serviceEndpoint"`
+	} `json:"service"`
+}
+
+const pdsServiceType = "AtprotoPersonalDataServer"
+
+// parseDocument validates body as the DID document of did and extracts the
+// declared handle and the PDS endpoint. Errors wrap ErrInvalidDocument or
+// ErrForbiddenPDS.
+func parseDocument(did syntax.DID, body []byte, allowPrivate bool) (document, error) {
+	if len(body) > maxDocumentBytes {
+		return document{}, fmt.Errorf("%w: larger than %d bytes", ErrInvalidDocument, maxDocumentBytes)
+	}
+	var raw rawDocument
+	if err := json.Unmarshal(body, &raw); err != nil {
+		return document{}, fmt.Errorf("%w: %v", ErrInvalidDocument, err)
+	}
+	if raw.ID != did.String() {
+		return document{}, fmt.Errorf("%w: id %q is not %s", ErrInvalidDocument, truncate(raw.ID), did)
+	}
+	var doc document
+	for _, aka := range raw.AlsoKnownAs {
+		rest, ok := strings.CutPrefix(aka, "at://")
+		if !ok {
+			continue
+		}
+		// Only the first at:// entry counts, as in indigo; an unparsable one
+		// means no handle.
+		if h, err := syntax.ParseHandle(rest); err == nil && !h.IsInvalidHandle() {
+			doc.handle = h.Normalize()
+		}
+		break
+	}
+	for _, svc := range raw.Service {
+		if svc.ID != "#atproto_pds" && svc.ID != did.String()+"#atproto_pds" {
+			continue
+		}
+		if svc.Type != pdsServiceType {
+			return document{}, fmt.Errorf("%w: #atproto_pds has type %q", ErrInvalidDocument, truncate(svc.Type))
+		}
+		var endpoint string
+		if err := json.Unmarshal(svc.ServiceEndpoint, &endpoint); err != nil {
+			return document{}, fmt.Errorf("%w: #atproto_pds endpoint is not a string", ErrInvalidDocument)
+		}
+		pds, err := checkPDSURL(endpoint, allowPrivate)
+		if err != nil {
+			return document{}, err
+		}
+		doc.pds = pds
+		return doc, nil
+	}
+	return document{}, fmt.Errorf("%w: no #atproto_pds service", ErrInvalidDocument)
+}
+
+// checkPDSURL accepts an absolute http(s) URL with a host and no credentials,
+// query or fragment, and returns it without a trailing slash. Host names are
+// checked again, on the resolved address, when egress connects.
+func checkPDSURL(endpoint string, allowPrivate bool) (string, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "", fmt.Errorf("%w: PDS endpoint %q: %v", ErrInvalidDocument, truncate(endpoint), err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("%w: PDS endpoint %q is not http(s)", ErrInvalidDocument, truncate(endpoint))
+	case u.Host == "" || u.Hostname() == "":
+		return "", fmt.Errorf("%w: PDS endpoint %q has no host", ErrInvalidDocument, truncate(endpoint))
+	case u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.Opaque != "":
+		return "", fmt.Errorf("%w: PDS endpoint %q is not a plain URL", ErrInvalidDocument, truncate(endpoint))
+	}
+	if !allowPrivate {
+		if err := egress.CheckHost(u.Hostname()); err != nil {
+			var ferr *egress.ForbiddenError
+			reason := "forbidden"
+			if errors.As(err, &ferr) {
+				reason = ferr.Reason
+			}
+			return "", fmt.Errorf("%w: %s is %s", ErrForbiddenPDS, u.Host, reason)
+		}
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// truncate keeps hostile strings short in error messages.
+func truncate(s string) string {
+	const max = 128
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
+}

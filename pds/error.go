@@ -1,0 +1,184 @@
+package pds
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kind classifies a failed PDS request by what the caller should do next.
+type Kind int
+
+const (
+	// KindRepoGone: the repo does not exist here or is deactivated, taken
+	// down or suspended. Record it; do not retry in a loop.
+	KindRepoGone Kind = iota + 1
+	// KindNotFound: 404, or RecordNotFound.
+	KindNotFound
+	// KindRateLimited: 429; RetryAfter says when to come back if the PDS
+	// said so.
+	KindRateLimited
+	// KindUpstream: 5xx, or the PDS could not be reached (refused, reset,
+	// DNS failure).
+	KindUpstream
+	// KindTimeout: the request or the body took longer than the timeout.
+	KindTimeout
+	// KindBadResponse: the answer is unusable: bad or truncated JSON, wrong
+	// content type, too large, an oversized cursor.
+	KindBadResponse
+	// KindBadCursor: 400 InvalidRequest to a request that carried a cursor.
+	KindBadCursor
+	// KindForbidden: the endpoint may not be called: not an http(s) URL, or
+	// it resolves to a private, loopback or link-local address.
+	KindForbidden
+	// KindRejected: any other 4xx (auth required, invalid request).
+	KindRejected
+)
+
+var kindNames = map[Kind]string{
+	KindRepoGone:    "repo_gone",
+	KindNotFound:    "not_found",
+	KindRateLimited: "rate_limited",
+	KindUpstream:    "upstream",
+	KindTimeout:     "timeout",
+	KindBadResponse: "bad_response",
+	KindBadCursor:   "bad_cursor",
+	KindForbidden:   "forbidden",
+	KindRejected:    "rejected",
+}
+
+// String is a short snake_case name, usable as a metric label.
+func (k Kind) String() string {
+	if s, ok := kindNames[k]; ok {
+		return s
+	}
+	return "kind_" + strconv.Itoa(int(k))
+}
+
+// Error is a classified PDS failure.
+type Error struct {
+	Kind Kind
+	// Status is the HTTP status, 0 when no answer arrived.
+	Status int
+	// Name and Message come from the XRPC error envelope when there was one.
+	Name    string
+	Message string
+	// RetryAfter is the wait the PDS asked for (KindRateLimited), or zero.
+	RetryAfter time.Duration
+	// Err is the underlying transport or decoding error, if any.
+	Err error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pds: %s", e.Kind)
+	if e.Status != 0 {
+		fmt.Fprintf(&b, " (status %d)", e.Status)
+	}
+	if e.Name != "" {
+		fmt.Fprintf(&b, " %s", e.Name)
+	}
+	if e.Message != "" {
+		fmt.Fprintf(&b, ": %s", e.Message)
+	}
+	if e.Err != nil {
+		fmt.Fprintf(&b, ": %v", e.Err)
+	}
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// KindOf returns the Kind of err, or 0 when err is not an *Error (such as
+// the caller's own context ending).
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return 0
+}
+
+// Retryable reports whether trying again soon may succeed: rate limits,
+// 5xx and unreachable PDSes, timeouts.
+func Retryable(err error) bool {
+	switch KindOf(err) {
+	case KindRateLimited, KindUpstream, KindTimeout:
+		return true
+	}
+	return false
+}
+
+var repoGoneNames = map[string]bool{
+	"RepoNotFound":    true,
+	"RepoDeactivated": true,
+	"RepoTakendown":   true,
+	"RepoSuspended":   true,
+}
+
+// maxRetryAfter bounds what a PDS can ask us to wait.
+const maxRetryAfter = 24 * time.Hour
+
+// classify turns a non-200 answer into an *Error. body is the (capped)
+// error body; an unparsable one just leaves Name and Message empty.
+func classify(status int, header http.Header, body []byte, hadCursor bool, now time.Time) *Error {
+	var env struct {
+		Error   string `json:"error"`
+		Message string `json:"message"`
+	}
+	_ = json.Unmarshal(body, &env)
+	e := &Error{Status: status, Name: truncate(env.Error, 64), Message: truncate(env.Message, 256)}
+	switch {
+	case repoGoneNames[env.Error],
+		// The reference PDS answers an unknown or deactivated repo with a
+		// plain InvalidRequest "Could not find repo: <repo>".
+		status == http.StatusBadRequest && env.Error == "InvalidRequest" && strings.HasPrefix(env.Message, "Could not find repo"):
+		e.Kind = KindRepoGone
+	case env.Error == "RecordNotFound" || status == http.StatusNotFound:
+		e.Kind = KindNotFound
+	case status == http.StatusTooManyRequests || env.Error == "RateLimitExceeded":
+		e.Kind = KindRateLimited
+		e.RetryAfter = retryAfter(header, now)
+	case status >= 500:
+		e.Kind = KindUpstream
+	case status == http.StatusBadRequest && env.Error == "InvalidRequest" && hadCursor:
+		e.Kind = KindBadCursor
+	case status >= 400:
+		e.Kind = KindRejected
+	default:
+		e.Kind = KindBadResponse
+	}
+	return e
+}
+
+// retryAfter reads Retry-After (seconds or an HTTP date), else the
+// RateLimit-Reset epoch seconds Bluesky PDSes send.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	var d time.Duration
+	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
+		if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+			d = time.Duration(min(secs, int64(maxRetryAfter/time.Second))) * time.Second
+		} else if t, err := http.ParseTime(v); err == nil {
+			d = t.Sub(now)
+		}
+	} else if v := strings.TrimSpace(h.Get("RateLimit-Reset")); v != "" {
+		if epoch, err := strconv.ParseInt(v, 10, 64); err == nil && epoch < now.Add(maxRetryAfter).Unix() {
+			d = time.Unix(epoch, 0).Sub(now)
+		} else if err == nil {
+			d = maxRetryAfter
+		}
+	}
+	return max(0, min(d, maxRetryAfter))
+}
+
+// truncate keeps hostile strings short.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}

@@ -1,0 +1,119 @@
+package pds
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// maxCursorBytes bounds a listRecords cursor; real ones are record keys.
+const maxCursorBytes = 2048
+
+// Record is one record read from a repo. Value is the record JSON as sent,
+// an object whose $type is the collection.
+type Record struct {
+	URI   syntax.ATURI
+	RKey  syntax.RecordKey
+	CID   string
+	Value json.RawMessage
+}
+
+// Page is one listRecords page. Cursor is empty when the PDS sent none: the
+// listing is over. Skipped counts records dropped as invalid.
+type Page struct {
+	Records []Record
+	Cursor  string
+	Skipped int
+}
+
+type rawRecord struct {
+	URI   string          `json:"uri"`
+	CID   *string         `json:"cid"`
+	Value json.RawMessage `json:"value"`
+}
+
+// decodePage decodes a listRecords answer for (repo, collection). A page
+// that is not the expected JSON fails whole; an invalid record in it is
+// dropped and counted.
+func decodePage(body []byte, repo syntax.DID, collection syntax.NSID) (Page, error) {
+	var out struct {
+		Records []json.RawMessage `json:"records"`
+		Cursor  *string           `json:"cursor"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		return Page{}, fmt.Errorf("decode listRecords: %w", err)
+	}
+	if out.Records == nil {
+		return Page{}, errors.New("decode listRecords: no records array")
+	}
+	var page Page
+	if out.Cursor != nil {
+		if len(*out.Cursor) > maxCursorBytes {
+			return Page{}, fmt.Errorf("decode listRecords: cursor of %d bytes", len(*out.Cursor))
+		}
+		page.Cursor = *out.Cursor
+	}
+	page.Records = make([]Record, 0, len(out.Records))
+	for _, raw := range out.Records {
+		var rr rawRecord
+		if err := json.Unmarshal(raw, &rr); err != nil {
+			page.Skipped++
+			continue
+		}
+		rec, err := checkRecord(rr, repo, collection, "", true)
+		if err != nil {
+			page.Skipped++
+			continue
+		}
+		page.Records = append(page.Records, rec)
+	}
+	return page, nil
+}
+
+// checkRecord validates a record against the (repo, collection[, rkey]) it
+// was asked for. listRecords always sends a cid; getRecord may omit it.
+func checkRecord(rr rawRecord, repo syntax.DID, collection syntax.NSID, rkey syntax.RecordKey, needCID bool) (Record, error) {
+	uri, err := syntax.ParseATURI(rr.URI)
+	if err != nil {
+		return Record{}, fmt.Errorf("uri: %w", err)
+	}
+	if uri.Authority().String() != repo.String() || uri.Collection() != collection {
+		return Record{}, fmt.Errorf("uri %s is not in %s/%s", uri, repo, collection)
+	}
+	rk, err := syntax.ParseRecordKey(uri.RecordKey().String())
+	if err != nil {
+		return Record{}, fmt.Errorf("uri record key: %w", err)
+	}
+	if rkey != "" && rk != rkey {
+		return Record{}, fmt.Errorf("uri %s is not record %s", uri, rkey)
+	}
+	var cid string
+	if rr.CID != nil {
+		c, err := syntax.ParseCID(*rr.CID)
+		if err != nil {
+			return Record{}, fmt.Errorf("cid: %w", err)
+		}
+		cid = c.String()
+	} else if needCID {
+		return Record{}, errors.New("no cid")
+	}
+	if len(rr.Value) == 0 || rr.Value[0] != '{' {
+		return Record{}, errors.New("value is not an object")
+	}
+	// A map, not a struct: encoding/json matches struct fields without
+	// regard to case, and "$TYPE" is not "$type".
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(rr.Value, &fields); err != nil {
+		return Record{}, fmt.Errorf("value: %w", err)
+	}
+	var typ string
+	if err := json.Unmarshal(fields["$type"], &typ); err != nil {
+		return Record{}, errors.New("value has no string $type")
+	}
+	if typ != collection.String() {
+		return Record{}, fmt.Errorf("value $type %q is not %s", truncate(typ, 64), collection)
+	}
+	return Record{URI: uri, RKey: rk, CID: cid, Value: rr.Value}, nil
+}

@@ -1,0 +1,143 @@
+package pds
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/atfeeds/appview/pds/pdstest"
+)
+
+func TestDecodePageSkipRules(t *testing.T) {
+	okCID := pdstest.FakeCID([]byte("x"))
+	uri := "at://" + alice.String() + "/" + posts.String() + "/3kaaaaaaaab22"
+	for name, tc := range map[string]struct {
+		record string
+		keep   bool
+	}{
+		"valid":              {`{"uri":"` + uri + `","cid":"` + okCID + `","value":` + post("hi") + `}`, true},
+		"extra fields":       {`{"uri":"` + uri + `","cid":"` + okCID + `","value":` + post("hi") + `,"x":[1]}`, true},
+		"other repo":         {`{"uri":"at://` + bob.String() + `/app.bsky.feed.post/3kaaaaaaaab22","cid":"` + okCID + `","value":` + post("x") + `}`, false},
+		"handle authority":   {`{"uri":"at://alice.test/app.bsky.feed.post/3kaaaaaaaab22","cid":"` + okCID + `","value":` + post("x") + `}`, false},
+		"other collection":   {`{"uri":"at://` + alice.String() + `/app.bsky.feed.like/3kaaaaaaaab22","cid":"` + okCID + `","value":` + post("x") + `}`, false},
+		"no rkey":            {`{"uri":"at://` + alice.String() + `/app.bsky.feed.post","cid":"` + okCID + `","value":` + post("x") + `}`, false},
+		"bad uri":            {`{"uri":"https://example.com/x","cid":"` + okCID + `","value":` + post("x") + `}`, false},
+		"uri not a string":   {`{"uri":5,"cid":"` + okCID + `","value":` + post("x") + `}`, false},
+		"no cid":             {`{"uri":"` + uri + `","value":` + post("x") + `}`, false},
+		"bad cid":            {`{"uri":"` + uri + `","cid":"not a cid!","value":` + post("x") + `}`, false},
+		"value array":        {`{"uri":"` + uri + `","cid":"` + okCID + `","value":[]}`, false},
+		"value null":         {`{"uri":"` + uri + `","cid":"` + okCID + `","value":null}`, false},
+		"value string":       {`{"uri":"` + uri + `","cid":"` + okCID + `","value":"{}"}`, false},
+		"no value":           {`{"uri":"` + uri + `","cid":"` + okCID + `"}`, false},
+		"no $type":           {`{"uri":"` + uri + `","cid":"` + okCID + `","value":{"text":"x"}}`, false},
+		"other $type":        {`{"uri":"` + uri + `","cid":"` + okCID + `","value":{"$type":"app.bsky.feed.like"}}`, false},
+		"$type not a string": {`{"uri":"` + uri + `","cid":"` + okCID + `","value":{"$type":["app.bsky.feed.post"]}}`, false},
+		"record is a number": {`7`, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			page, err := decodePage([]byte(`{"records":[`+tc.record+`],"cursor":"c"}`), alice, posts)
+			if err != nil {
+				t.Fatalf("page failed: %v", err)
+			}
+			if kept := len(page.Records) == 1; kept != tc.keep || page.Skipped+len(page.Records) != 1 || page.Cursor != "c" {
+				t.Fatalf("got %+v, want kept=%v", page, tc.keep)
+			}
+		})
+	}
+}
+
+func TestDecodePageRejects(t *testing.T) {
+	for name, body := range map[string]string{
+		"not json":          `<html>`,
+		"truncated":         `{"records":[{"uri":"at://`,
+		"array":             `[]`,
+		"null":              `null`,
+		"no records":        `{"cursor":"abc"}`,
+		"records object":    `{"records":{}}`,
+		"cursor number":     `{"records":[],"cursor":5}`,
+		"cursor too long":   `{"records":[],"cursor":"` + strings.Repeat("a", maxCursorBytes+1) + `"}`,
+		"trailing garbage":  `{"records":[]} {}`,
+		"records null only": `{"records":null}`,
+	} {
+		if _, err := decodePage([]byte(body), alice, posts); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	page, err := decodePage([]byte(`{"records":[],"cursor":"`+strings.Repeat("a", maxCursorBytes)+`"}`), alice, posts)
+	if err != nil || len(page.Cursor) != maxCursorBytes {
+		t.Fatalf("cursor at the limit: %v", err)
+	}
+	page, err = decodePage([]byte(`{"records":[]}`), alice, posts)
+	if err != nil || page.Cursor != "" || len(page.Records) != 0 {
+		t.Fatalf("empty page: %+v %v", page, err)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	env := func(name, msg string) []byte { return []byte(`{"error":"` + name + `","message":"` + msg + `"}`) }
+	for _, tc := range []struct {
+		status    int
+		body      []byte
+		hadCursor bool
+		want      Kind
+	}{
+		{400, env("RepoNotFound", ""), false, KindRepoGone},
+		{400, env("RepoDeactivated", ""), false, KindRepoGone},
+		{400, env("RepoTakendown", ""), true, KindRepoGone},
+		{400, env("RepoSuspended", ""), false, KindRepoGone},
+		{404, env("RepoNotFound", ""), false, KindRepoGone},
+		{400, env("InvalidRequest", "Could not find repo: did:plc:x"), true, KindRepoGone},
+		{400, env("RecordNotFound", "Could not locate record"), false, KindNotFound},
+		{404, []byte("<html>"), false, KindNotFound},
+		{429, nil, false, KindRateLimited},
+		{400, env("RateLimitExceeded", ""), false, KindRateLimited},
+		{500, env("InternalServerError", ""), false, KindUpstream},
+		{502, env("UpstreamFailure", ""), false, KindUpstream},
+		{503, nil, true, KindUpstream},
+		{400, env("InvalidRequest", "bad cursor"), true, KindBadCursor},
+		{400, env("InvalidRequest", "bad"), false, KindRejected},
+		{401, env("AuthRequired", ""), false, KindRejected},
+		{304, nil, false, KindBadResponse},
+	} {
+		e := classify(tc.status, http.Header{}, tc.body, tc.hadCursor, time.Now())
+		if e.Kind != tc.want || e.Status != tc.status {
+			t.Errorf("%d %s cursor=%v: got %s, want %s", tc.status, tc.body, tc.hadCursor, e.Kind, tc.want)
+		}
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		header, value string
+		want          time.Duration
+	}{
+		{"Retry-After", "7", 7 * time.Second},
+		{"Retry-After", " 120 ", 2 * time.Minute},
+		{"Retry-After", now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{"Retry-After", now.Add(-time.Hour).Format(http.TimeFormat), 0},
+		{"Retry-After", "-5", 0},
+		{"Retry-After", "99999999999999", maxRetryAfter},
+		{"Retry-After", "soon", 0},
+		{"RateLimit-Reset", "1767269100", 5 * time.Minute}, // 12:05 UTC
+		{"RateLimit-Reset", "9223372036854775807", maxRetryAfter},
+		{"RateLimit-Reset", "1", 0},
+		{"X-Other", "5", 0},
+	} {
+		h := http.Header{}
+		h.Set(tc.header, tc.value)
+		if got := retryAfter(h, now); got != tc.want {
+			t.Errorf("%s: %s: got %v, want %v", tc.header, tc.value, got, tc.want)
+		}
+	}
+}
+
+func TestTypeMatchIsCaseSensitive(t *testing.T) {
+	okCID := pdstest.FakeCID([]byte("x"))
+	body := `{"records":[{"uri":"at://` + alice.String() + `/app.bsky.feed.post/x","cid":"` + okCID + `","value":{"$TYPE":"app.bsky.feed.post"}}]}`
+	page, err := decodePage([]byte(body), alice, posts)
+	if err != nil || page.Skipped != 1 {
+		t.Fatalf("got %+v %v", page, err)
+	}
+}
