@@ -85,6 +85,8 @@ type StreamCursor struct {
 // stream cursor that covers them.
 type Batch struct {
 	Changes []Change
+	// Accounts are status changes, applied before the changes.
+	Accounts []AccountStatus
 	// Cursor covers every change in the batch and any dropped frames that
 	// came with them. A zero Cursor leaves the stored cursor unchanged.
 	Cursor StreamCursor
@@ -92,10 +94,30 @@ type Batch struct {
 
 // BatchResult counts what a batch did.
 type BatchResult struct {
-	Applied     int   // changes that changed the database
-	Duplicates  int   // replays: same or older rev, or a tombstoned record
-	Ignored     int   // changes in a collection no feed uses
+	Applied    int // changes that changed the database
+	Duplicates int // replays: same or older rev, or a tombstoned record
+	Ignored    int // changes in a collection no feed uses
+	OutOfScope int // changes by accounts no viewer cares about
+	// NewFollows are follows of registered viewers created by this batch,
+	// whose followees may need their backlog fetched (viewer mode only).
+	NewFollows  []FollowEdge
 	FanoutRows  int64 // feed rows written by target creates
 	MergedRows  int64 // feed rows written by follow merges
 	RemovedRows int64 // feed rows removed by deletes and unfollows
+}
+
+// AccountStatus is an account event: an author going inactive
+// (deactivated, takendown, suspended, deleted) or coming back.
+type AccountStatus struct {
+	DID    syntax.DID
+	Active bool
+	Status string
+	TimeUS int64
+}
+
+// FollowEdge is one viewer following one account in a follow collection.
+type FollowEdge struct {
+	Viewer     syntax.DID
+	Subject    syntax.DID
+	Collection syntax.NSID
 }

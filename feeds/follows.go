@@ -10,8 +10,8 @@ import "fmt"
 // what is stored (row or tombstone) is a replay and changes nothing.
 func (w *txWriter) applyFollow(c *Change, collID int64) error {
 	st := w.s.stmts
-	actorID, err := w.actorID(c.DID)
-	if err != nil {
+	actorID, inScope, err := w.followerInScope(c.DID, collID)
+	if err != nil || !inScope {
 		return err
 	}
 	var oldSubject int64
@@ -82,6 +82,9 @@ func (w *txWriter) applyFollow(c *Change, collID int64) error {
 		if err := w.followed(actorID, collID, subjectID); err != nil {
 			return err
 		}
+		if !w.s.indexAll && actorID != subjectID {
+			w.res.NewFollows = append(w.res.NewFollows, FollowEdge{Viewer: c.DID, Subject: c.Subject, Collection: c.Collection})
+		}
 	default:
 		if _, err := w.exec(st.updateFollow, actorID, collID, string(c.RKey), subjectID, c.Rev); err != nil {
 			return fmt.Errorf("update follow: %w", err)
@@ -110,11 +113,20 @@ func (w *txWriter) followed(viewerID, followCollID, subjectID int64) error {
 		if l.mergeLimit == 0 {
 			continue
 		}
+		if registered, err := w.registeredFor(viewerID, l.feed); err != nil || !registered {
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		n, err := w.exec(w.s.stmts.merge, viewerID, l.id, subjectID, l.collectionID, l.mergeLimit)
 		if err != nil {
 			return fmt.Errorf("merge followee into feed %s: %w", l.feed, err)
 		}
 		w.res.MergedRows += n
+		if n > 0 {
+			w.grewViewer(viewerID)
+		}
 	}
 	return nil
 }
@@ -139,6 +151,9 @@ func (w *txWriter) unfollowed(viewerID, followCollID, subjectID int64) error {
 			return fmt.Errorf("remove followee from feed %s: %w", l.feed, err)
 		}
 		w.res.RemovedRows += n
+	}
+	if !w.s.indexAll {
+		return w.leaveScopeIfUnfollowed(subjectID)
 	}
 	return nil
 }

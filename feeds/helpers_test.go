@@ -19,7 +19,7 @@ var defaultFeeds = []Feed{{
 	Targets: []Target{{Collection: postNSID, Cap: 200}},
 }}
 
-// MustOpen opens a store on a fresh file in t.TempDir().
+// MustOpen opens a store in index_all mode on a fresh file in t.TempDir().
 func MustOpen(tb testing.TB, feeds []Feed) *Store {
 	tb.Helper()
 	return mustOpenAt(tb, tb.TempDir()+"/appview.db", feeds)
@@ -27,7 +27,12 @@ func MustOpen(tb testing.TB, feeds []Feed) *Store {
 
 func mustOpenAt(tb testing.TB, path string, feeds []Feed) *Store {
 	tb.Helper()
-	s, err := Open(context.Background(), Options{Path: path, Feeds: feeds})
+	return mustOpenWith(tb, Options{Path: path, Feeds: feeds, IndexAll: true})
+}
+
+func mustOpenWith(tb testing.TB, opts Options) *Store {
+	tb.Helper()
+	s, err := Open(context.Background(), opts)
 	if err != nil {
 		tb.Fatalf("open store: %v", err)
 	}

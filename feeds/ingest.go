@@ -18,19 +18,19 @@ import (
 // final flush: a cancelled context aborts the transaction.
 func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 	start := time.Now()
-	if s.stmts == nil {
-		st, err := prepareStatements(ctx, s.writer)
-		if err != nil {
-			return BatchResult{}, err
-		}
-		s.stmts = st
-	}
-	tx, err := s.writer.BeginTx(ctx, nil)
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	w, err := s.begin(ctx)
 	if err != nil {
-		return BatchResult{}, fmt.Errorf("begin batch: %w", err)
+		return BatchResult{}, err
 	}
-	defer tx.Rollback()
-	w := &txWriter{s: s, ctx: ctx, tx: tx, bound: map[*sql.Stmt]*sql.Stmt{}}
+	defer w.tx.Rollback()
+	tx := w.tx
+	for i := range b.Accounts {
+		if err := w.applyAccount(&b.Accounts[i]); err != nil {
+			return BatchResult{}, fmt.Errorf("apply account status of %s: %w", b.Accounts[i].DID, err)
+		}
+	}
 	for i := range b.Changes {
 		if err := w.apply(&b.Changes[i]); err != nil {
 			c := &b.Changes[i]
@@ -42,10 +42,9 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 			return BatchResult{}, err
 		}
 	}
-	if err := tx.Commit(); err != nil {
+	if err := w.commit(); err != nil {
 		return BatchResult{}, fmt.Errorf("commit batch: %w", err)
 	}
-	s.rememberActors(w.newActors)
 	if b.Cursor.TimeUS > 0 {
 		s.advanceCursor(b.Cursor)
 	}
@@ -53,7 +52,42 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 	return w.res, nil
 }
 
-// txWriter applies changes inside one batch transaction.
+// begin opens a write transaction with the hot statements ready. The
+// caller holds writeMu.
+func (s *Store) begin(ctx context.Context) (*txWriter, error) {
+	if s.stmts == nil {
+		st, err := prepareStatements(ctx, s.writer, s.indexAll)
+		if err != nil {
+			return nil, err
+		}
+		s.stmts = st
+	}
+	// Prepared before the transaction holds the one writer connection.
+	if _, err := s.sweepStatements(ctx); err != nil {
+		return nil, err
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("begin write: %w", err)
+	}
+	return &txWriter{s: s, ctx: ctx, tx: tx, bound: map[*sql.Stmt]*sql.Stmt{}}, nil
+}
+
+// commit commits and publishes what the transaction interned.
+func (w *txWriter) commit() error {
+	// Feeds the transaction grew are queued for the sweep in the same
+	// transaction (sweep_grown.go).
+	if err := w.queueGrown(); err != nil {
+		return err
+	}
+	if err := w.tx.Commit(); err != nil {
+		return err
+	}
+	w.s.rememberActors(w.newActors)
+	return nil
+}
+
+// txWriter applies changes inside one write transaction.
 type txWriter struct {
 	s         *Store
 	ctx       context.Context
@@ -61,6 +95,7 @@ type txWriter struct {
 	bound     map[*sql.Stmt]*sql.Stmt
 	newActors map[syntax.DID]int64
 	res       BatchResult
+	grown     grownBatch // feeds this transaction grew, queued for the sweep
 }
 
 // stmt binds a prepared statement to the batch transaction once.
@@ -129,6 +164,26 @@ func (w *txWriter) actorID(did syntax.DID) (int64, error) {
 	}
 	w.newActors[did] = id
 	return id, nil
+}
+
+// existingActorID finds an interned DID without interning it: the cheap
+// scope check that keeps out-of-scope accounts out of the actors table.
+func (w *txWriter) existingActorID(did syntax.DID) (int64, bool, error) {
+	if id, ok := w.s.actorIDs[did]; ok {
+		return id, true, nil
+	}
+	if id, ok := w.newActors[did]; ok {
+		return id, true, nil
+	}
+	var id int64
+	found, err := w.queryRow(w.s.stmts.actorByDID, []any{string(did)}, &id)
+	if err != nil {
+		return 0, false, fmt.Errorf("look up actor: %w", err)
+	}
+	if found {
+		w.s.cacheActor(did, id)
+	}
+	return id, found, nil
 }
 
 // tombstoned reports whether a delete at least as new as rev is recorded

@@ -14,6 +14,8 @@ type Metrics struct {
 	changes      *prometheus.CounterVec
 	feedRows     *prometheus.CounterVec
 	cursorTimeUS prometheus.Gauge
+	sweep        *sweepMetrics  // sweep_metrics.go
+	cursor       *cursorMetrics // metrics_cursor.go
 }
 
 // NewMetrics registers the ingest metrics on reg.
@@ -30,18 +32,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "appview", Subsystem: "ingest", Name: "changes_total",
-			Help: "Record changes by outcome: applied, duplicate (replay or stale rev), ignored.",
+			Help: "Record changes by outcome: applied, duplicate (replay or stale rev), ignored (no feed uses the collection), out_of_scope (no viewer cares about the account).",
 		}, []string{"outcome"}),
 		feedRows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "appview", Subsystem: "feed", Name: "rows_total",
 			Help: "Feed rows written or removed, by operation: fanout, merge, remove.",
 		}, []string{"operation"}),
 		cursorTimeUS: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "appview", Subsystem: "ingest", Name: "cursor_time_us",
-			Help: "time_us of the last committed stream cursor (unix microseconds).",
+			Namespace: "appview", Subsystem: "ingest", Name: "cursor_timestamp_seconds",
+			Help: "Time of the last committed stream cursor (its time_us, as unix seconds).",
 		}),
 	}
 	reg.MustRegister(m.batches, m.commitTime, m.changes, m.feedRows, m.cursorTimeUS)
+	m.sweep = newSweepMetrics(reg)
+	m.cursor = newCursorMetrics(reg)
 	return m
 }
 
@@ -54,10 +58,11 @@ func (m *Metrics) observeBatch(r BatchResult, took time.Duration, cursorTimeUS i
 	m.changes.WithLabelValues("applied").Add(float64(r.Applied))
 	m.changes.WithLabelValues("duplicate").Add(float64(r.Duplicates))
 	m.changes.WithLabelValues("ignored").Add(float64(r.Ignored))
+	m.changes.WithLabelValues("out_of_scope").Add(float64(r.OutOfScope))
 	m.feedRows.WithLabelValues("fanout").Add(float64(r.FanoutRows))
 	m.feedRows.WithLabelValues("merge").Add(float64(r.MergedRows))
 	m.feedRows.WithLabelValues("remove").Add(float64(r.RemovedRows))
 	if cursorTimeUS > 0 {
-		m.cursorTimeUS.Set(float64(cursorTimeUS))
+		m.cursorTimeUS.Set(float64(cursorTimeUS) / 1e6)
 	}
 }

@@ -16,7 +16,20 @@ var writeSQL = struct {
 	recordByKey, insertRecord, updateRecord, deleteRecord string
 	tombstoneByKey, upsertTombstone, deleteTombstone      string
 	fanout, merge, unmerge, unfeedRecord                  string
+	viewerOfFollows, viewerOfFeed, followedByAnyone       string
+	actorActive, listingByKey                             string
 }{
+	listingByKey: `SELECT round, page FROM listings WHERE actor_id = ? AND collection_id = ?`,
+	actorActive:  `SELECT active FROM actors WHERE id = ?`,
+	// viewerOfFollows: is the actor a registered viewer of any feed built
+	// from this follow collection? Decides whether its follows are stored.
+	viewerOfFollows: `SELECT 1 FROM viewers v JOIN feed_targets t ON t.feed = v.feed
+		WHERE v.actor_id = ? AND t.follow_collection_id = ? AND t.enabled = 1 LIMIT 1`,
+	viewerOfFeed: `SELECT 1 FROM viewers WHERE actor_id = ? AND feed = ?`,
+	// followedByAnyone: only viewers' follows are stored, so any stored
+	// follow of the author puts its targets in scope.
+	followedByAnyone: `SELECT 1 FROM follows WHERE subject_id = ? LIMIT 1`,
+
 	actorByDID:  `SELECT id FROM actors WHERE did = ?`,
 	insertActor: `INSERT INTO actors (did) VALUES (?) RETURNING id`,
 
@@ -47,7 +60,7 @@ var writeSQL = struct {
 		SELECT f.actor_id, t.id, ?3, ?4
 		FROM feed_targets t
 		JOIN follows f ON f.subject_id = ?1 AND f.collection_id = t.follow_collection_id
-		WHERE t.collection_id = ?2 AND t.enabled = 1 AND f.actor_id <> ?1` + audienceFilter,
+		WHERE t.collection_id = ?2 AND t.enabled = 1 AND f.actor_id <> ?1`, // + audienceFilter(indexAll)
 
 	// merge brings a new followee's newest stored records into one lane of
 	// the follower's feed.
@@ -73,9 +86,11 @@ type statements struct {
 	recordByKey, insertRecord, updateRecord, deleteRecord *sql.Stmt
 	tombstoneByKey, upsertTombstone, deleteTombstone      *sql.Stmt
 	fanout, merge, unmerge, unfeedRecord                  *sql.Stmt
+	viewerOfFollows, viewerOfFeed, followedByAnyone       *sql.Stmt
+	actorActive, listingByKey                             *sql.Stmt
 }
 
-func prepareStatements(ctx context.Context, db *sql.DB) (*statements, error) {
+func prepareStatements(ctx context.Context, db *sql.DB, indexAll bool) (*statements, error) {
 	st := &statements{}
 	for _, p := range []struct {
 		dst **sql.Stmt
@@ -89,7 +104,10 @@ func prepareStatements(ctx context.Context, db *sql.DB) (*statements, error) {
 		{&st.updateRecord, writeSQL.updateRecord}, {&st.deleteRecord, writeSQL.deleteRecord},
 		{&st.tombstoneByKey, writeSQL.tombstoneByKey}, {&st.upsertTombstone, writeSQL.upsertTombstone},
 		{&st.deleteTombstone, writeSQL.deleteTombstone},
-		{&st.fanout, writeSQL.fanout}, {&st.merge, writeSQL.merge},
+		{&st.fanout, writeSQL.fanout + audienceFilter(indexAll)}, {&st.merge, writeSQL.merge},
+		{&st.viewerOfFollows, writeSQL.viewerOfFollows}, {&st.viewerOfFeed, writeSQL.viewerOfFeed},
+		{&st.followedByAnyone, writeSQL.followedByAnyone}, {&st.actorActive, writeSQL.actorActive},
+		{&st.listingByKey, writeSQL.listingByKey},
 		{&st.unmerge, writeSQL.unmerge}, {&st.unfeedRecord, writeSQL.unfeedRecord},
 	} {
 		s, err := db.PrepareContext(ctx, p.sql)

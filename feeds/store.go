@@ -41,6 +41,13 @@ type Options struct {
 	Metrics *Metrics
 	// ReadConns is the size of the read pool serving feed pages.
 	ReadConns int
+	// IndexAll makes every account whose follows are stored a viewer of
+	// every feed. Otherwise only registered viewers (those who read their
+	// feed) receive fan-out, and only their follows and the targets of
+	// accounts they follow are stored.
+	IndexAll bool
+	// Sweep configures pruning, retention and vacuum (sweep.go).
+	Sweep SweepOptions
 }
 
 // Store is the daemon's SQLite database: one writer connection that applies
@@ -59,6 +66,14 @@ type Store struct {
 	targetColls   map[syntax.NSID]int64 // target collection → collection id
 	lanesByFollow map[int64][]*lane     // follow collection id → lanes it feeds
 
+	indexAll bool
+
+	// writeMu serialises every write transaction and guards the writer's
+	// in-memory state (actorIDs, stmts). SQLite has one writer anyway;
+	// queueing here rather than on the busy timeout keeps it fair and
+	// avoids "database is locked".
+	writeMu sync.Mutex
+
 	// actorIDs caches interned DIDs for the writer. Only committed ids
 	// enter it, so a rolled-back batch cannot leave a dangling id behind.
 	actorIDs map[syntax.DID]int64
@@ -66,6 +81,8 @@ type Store struct {
 
 	mu     sync.Mutex
 	cursor StreamCursor // last committed stream cursor
+
+	sweep sweeper // prune sweep state, guarded by writeMu (sweep.go)
 }
 
 // lane is one (feed, target collection) pair: the unit that holds items and
@@ -103,7 +120,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.ReadConns <= 0 {
 		opts.ReadConns = 4
 	}
-	writer, err := sql.Open("sqlite", dsn(opts.Path, false))
+	writerDSN := dsn(opts.Path, false)
+	if opts.Sweep.IncrementalVacuum {
+		// Takes effect only on a new file, before the first table.
+		writerDSN += "&_pragma=auto_vacuum(incremental)"
+	}
+	writer, err := sql.Open("sqlite", writerDSN)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
@@ -120,6 +142,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		targetColls:   map[syntax.NSID]int64{},
 		lanesByFollow: map[int64][]*lane{},
 		actorIDs:      map[syntax.DID]int64{},
+		indexAll:      opts.IndexAll,
+		sweep:         sweeper{opts: opts.Sweep.withDefaults()},
 	}
 	if err := s.init(ctx, opts); err != nil {
 		writer.Close()

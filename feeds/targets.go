@@ -9,8 +9,8 @@ import "fmt"
 // feed_items_by_record and leaves a tombstone against replays.
 func (w *txWriter) applyTarget(c *Change, collID int64) error {
 	st := w.s.stmts
-	actorID, err := w.actorID(c.DID)
-	if err != nil {
+	actorID, inScope, err := w.authorInScope(c.DID)
+	if err != nil || !inScope {
 		return err
 	}
 	var recordID int64
@@ -87,6 +87,9 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 		return fmt.Errorf("fan out: %w", err)
 	}
 	w.res.FanoutRows += n
+	if n > 0 {
+		w.grewFollowersOf(actorID, collID)
+	}
 	w.res.Applied++
 	return nil
 }

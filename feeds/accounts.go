@@ -1,0 +1,88 @@
+package feeds
+
+import (
+	"fmt"
+)
+
+// applyAccount applies an account event. An author going inactive
+// (deactivated, takendown, suspended, deleted) disappears from every feed
+// through records_by_author and feed_items_by_record; coming back merges
+// its newest stored records into its followers' feeds again, as a follow
+// merge does. A deleted account's records and follows are deleted.
+// Accounts the store never interned are not touched.
+func (w *txWriter) applyAccount(a *AccountStatus) error {
+	id, found, err := w.existingActorID(a.DID)
+	if err != nil || !found {
+		return err
+	}
+	var wasActive bool
+	if _, err := w.queryRow(w.s.stmts.actorActive, []any{id}, &wasActive); err != nil {
+		return fmt.Errorf("read account status: %w", err)
+	}
+	if a.Active {
+		if wasActive {
+			return nil
+		}
+		if _, err := w.tx.ExecContext(w.ctx, `UPDATE actors SET active = 1 WHERE id = ?`, id); err != nil {
+			return fmt.Errorf("mark active: %w", err)
+		}
+		w.res.Applied++
+		return w.remergeAuthor(id)
+	}
+	if _, err := w.tx.ExecContext(w.ctx, `UPDATE actors SET active = 0 WHERE id = ?`, id); err != nil {
+		return fmt.Errorf("mark inactive: %w", err)
+	}
+	r, err := w.tx.ExecContext(w.ctx, `DELETE FROM feed_items WHERE record_id IN (SELECT id FROM records WHERE actor_id = ?)`, id)
+	if err != nil {
+		return fmt.Errorf("hide inactive author: %w", err)
+	}
+	n, _ := r.RowsAffected()
+	w.res.RemovedRows += n
+	w.res.Applied++
+	if a.Status != "deleted" {
+		return nil
+	}
+	for _, q := range []string{
+		`DELETE FROM records WHERE actor_id = ?`,
+		`DELETE FROM feed_items WHERE viewer_id = ?`,
+		`DELETE FROM follows WHERE actor_id = ?`,
+		`DELETE FROM listings WHERE actor_id = ?`,
+	} {
+		if _, err := w.tx.ExecContext(w.ctx, q, id); err != nil {
+			return fmt.Errorf("delete account data: %w", err)
+		}
+	}
+	return nil
+}
+
+// remergeAuthor puts a reactivated author's newest stored records back into
+// the feeds of its followers, lane by lane, up to each feed's merge limit.
+func (w *txWriter) remergeAuthor(authorID int64) error {
+	for i := range w.s.lanes {
+		l := &w.s.lanes[i]
+		if l.mergeLimit == 0 {
+			continue
+		}
+		q := `INSERT OR IGNORE INTO feed_items (viewer_id, target_id, sort_us, record_id)
+			SELECT f.actor_id, ?2, r.sort_us, r.id
+			FROM follows f
+			JOIN (SELECT id, sort_us FROM records WHERE actor_id = ?1 AND collection_id = ?3
+			      ORDER BY sort_us DESC LIMIT ?5) r
+			WHERE f.subject_id = ?1 AND f.collection_id = ?4 AND f.actor_id <> ?1`
+		args := []any{authorID, l.id, l.collectionID, l.followCollID, l.mergeLimit}
+		if !w.s.indexAll {
+			q += ` AND EXISTS (SELECT 1 FROM viewers v WHERE v.actor_id = f.actor_id AND v.feed = ?6)`
+			args = append(args, l.feed)
+		}
+		r, err := w.tx.ExecContext(w.ctx, q, args...)
+		if err != nil {
+			return fmt.Errorf("re-merge author into feed %s: %w", l.feed, err)
+		}
+		n, _ := r.RowsAffected()
+		w.res.MergedRows += n
+		if n > 0 {
+			w.grewFollowersOf(authorID, l.collectionID)
+		}
+	}
+	return nil
+}

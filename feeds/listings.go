@@ -1,0 +1,299 @@
+package feeds
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// Listing is where the fetch of one account's collection from its PDS
+// stands. A listing cursor is "ahead" of another when it is in a later
+// round, or in the same round at a later page.
+type Listing struct {
+	Host      string
+	Round     int
+	Page      int
+	Cursor    string
+	Fetched   int
+	Complete  bool
+	Gone      bool
+	Attempts  int
+	LastError string
+	NextRetry time.Time
+}
+
+// Ahead reports whether l is a later position than o.
+func (l Listing) Ahead(o Listing) bool {
+	return l.Round > o.Round || (l.Round == o.Round && l.Page > o.Page)
+}
+
+// ListedRecord is one record from a PDS listing, parsed at the edge.
+type ListedRecord struct {
+	RKey        syntax.RecordKey
+	CID         string
+	Value       json.RawMessage
+	Subject     syntax.DID // for follow collections
+	CreatedAtUS int64
+}
+
+// ListingPage is one page of a listing and the state it moves to.
+type ListingPage struct {
+	Account    syntax.DID
+	Collection syntax.NSID
+	Records    []ListedRecord
+	// To is the listing state after this page; it is stored in the same
+	// transaction as the page's rows.
+	To Listing
+}
+
+// ListingResult counts what a page did.
+type ListingResult struct {
+	Written, Existing int
+	// Stale is set when the stored state was already ahead of the page's
+	// (another run got further): the rows were written, the cursor kept.
+	Stale bool
+}
+
+// ReadListing returns the stored listing state; the zero Listing when
+// there is none.
+func (s *Store) ReadListing(ctx context.Context, account syntax.DID, collection syntax.NSID) (Listing, error) {
+	collID, ok := s.collectionID(collection)
+	if !ok {
+		return Listing{}, ErrUnknownLane
+	}
+	var l Listing
+	var nextUS int64
+	err := s.reader.QueryRowContext(ctx, `
+		SELECT l.host, l.round, l.page, l.cursor, l.fetched, l.complete, l.gone, l.attempts, l.last_error, l.next_retry_us
+		FROM listings l JOIN actors a ON a.id = l.actor_id
+		WHERE a.did = ? AND l.collection_id = ?`, string(account), collID).
+		Scan(&l.Host, &l.Round, &l.Page, &l.Cursor, &l.Fetched, &l.Complete, &l.Gone, &l.Attempts, &l.LastError, &nextUS)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Listing{}, nil
+	}
+	if err != nil {
+		return Listing{}, fmt.Errorf("read listing: %w", err)
+	}
+	l.NextRetry = fromMicros(nextUS)
+	return l, nil
+}
+
+// ApplyListingPage writes a page of records where nothing is stored for
+// their key (no row, no tombstone: what Jetstream delivered always wins
+// over a listing, which carries no rev) and stores the page's listing
+// state in the same transaction. If the stored state is already ahead, the
+// rows are still written (they are idempotent) and the state is kept.
+func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.Time) (ListingResult, error) {
+	collID, ok := s.collectionID(p.Collection)
+	if !ok {
+		return ListingResult{}, ErrUnknownLane
+	}
+	_, isFollow := s.followColls[p.Collection]
+	var res ListingResult
+	err := s.write(ctx, func(w *txWriter) error {
+		actorID, err := w.actorID(p.Account)
+		if err != nil {
+			return err
+		}
+		for i := range p.Records {
+			r := &p.Records[i]
+			var wrote bool
+			if isFollow {
+				wrote, err = w.listFollow(actorID, collID, r)
+			} else {
+				wrote, err = w.listRecord(actorID, collID, r, now)
+			}
+			if err != nil {
+				return err
+			}
+			if wrote {
+				res.Written++
+			} else {
+				res.Existing++
+			}
+		}
+		cur, found, err := w.readListingState(actorID, collID)
+		if err != nil {
+			return err
+		}
+		if found && cur.Ahead(p.To) {
+			res.Stale = true
+			s.metrics.casMismatch("listing")
+			return nil
+		}
+		return w.writeListingState(actorID, collID, p.To, now)
+	})
+	return res, err
+}
+
+// FailListing records a failed listing attempt without moving its cursor.
+func (s *Store) FailListing(ctx context.Context, account syntax.DID, collection syntax.NSID, l Listing, now time.Time) error {
+	collID, ok := s.collectionID(collection)
+	if !ok {
+		return ErrUnknownLane
+	}
+	return s.write(ctx, func(w *txWriter) error {
+		actorID, err := w.actorID(account)
+		if err != nil {
+			return err
+		}
+		l.LastError = truncate(l.LastError, 512)
+		return w.writeListingState(actorID, collID, l, now)
+	})
+}
+
+func (w *txWriter) listFollow(actorID, collID int64, r *ListedRecord) (bool, error) {
+	var subject int64
+	var rev string
+	found, err := w.queryRow(w.s.stmts.followByKey, []any{actorID, collID, string(r.RKey)}, &subject, &rev)
+	if err != nil || found {
+		return false, err
+	}
+	if exists, _, err := w.tombstoned(actorID, collID, r.RKey, ""); err != nil || exists {
+		return false, err
+	}
+	subjectID, err := w.actorID(r.Subject)
+	if err != nil {
+		return false, err
+	}
+	if _, err := w.exec(w.s.stmts.insertFollow, actorID, collID, string(r.RKey), subjectID, ""); err != nil {
+		return false, fmt.Errorf("insert listed follow: %w", err)
+	}
+	return true, nil
+}
+
+func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, now time.Time) (bool, error) {
+	var id int64
+	var rev string
+	found, err := w.queryRow(w.s.stmts.recordByKey, []any{actorID, collID, string(r.RKey)}, &id, &rev)
+	if err != nil || found {
+		return false, err
+	}
+	if exists, _, err := w.tombstoned(actorID, collID, r.RKey, ""); err != nil || exists {
+		return false, err
+	}
+	indexed := listedIndexTime(r, now)
+	c := Change{TimeUS: indexed, CreatedAtUS: r.CreatedAtUS}
+	if _, err := w.exec(w.s.stmts.insertRecord, actorID, collID, string(r.RKey), r.CID, "",
+		c.SortKey(), indexed, r.CreatedAtUS, string(r.Value)); err != nil {
+		return false, fmt.Errorf("insert listed record: %w", err)
+	}
+	return true, nil
+}
+
+// listedIndexTime stands in for the event time a listed record never had:
+// the time in its TID record key (when the repo wrote it), else its
+// createdAt, never later than now.
+func listedIndexTime(r *ListedRecord, now time.Time) int64 {
+	nowUS := now.UnixMicro()
+	t := nowUS
+	if tid, err := syntax.ParseTID(string(r.RKey)); err == nil {
+		t = tid.Time().UnixMicro()
+	} else if r.CreatedAtUS > 0 {
+		t = r.CreatedAtUS
+	}
+	return min(t, nowUS)
+}
+
+func (w *txWriter) readListingState(actorID, collID int64) (Listing, bool, error) {
+	var l Listing
+	found, err := w.queryRow(w.s.stmts.listingByKey, []any{actorID, collID}, &l.Round, &l.Page)
+	if err != nil {
+		return l, false, fmt.Errorf("read listing: %w", err)
+	}
+	return l, found, nil
+}
+
+func (w *txWriter) writeListingState(actorID, collID int64, l Listing, now time.Time) error {
+	_, err := w.tx.ExecContext(w.ctx, `
+		INSERT INTO listings (actor_id, collection_id, host, round, page, cursor, fetched, complete, gone,
+			attempts, last_error, next_retry_us, updated_us)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+		ON CONFLICT (actor_id, collection_id) DO UPDATE SET
+			host = excluded.host, round = excluded.round, page = excluded.page, cursor = excluded.cursor,
+			fetched = excluded.fetched, complete = excluded.complete, gone = excluded.gone,
+			attempts = excluded.attempts, last_error = excluded.last_error,
+			next_retry_us = excluded.next_retry_us, updated_us = excluded.updated_us`,
+		actorID, collID, l.Host, l.Round, l.Page, l.Cursor, l.Fetched, l.Complete, l.Gone,
+		l.Attempts, l.LastError, micros(l.NextRetry), now.UnixMicro())
+	if err != nil {
+		return fmt.Errorf("write listing: %w", err)
+	}
+	return nil
+}
+
+// Followees lists the distinct accounts the viewer follows in a follow
+// collection.
+func (s *Store) Followees(ctx context.Context, viewer syntax.DID, followCollection syntax.NSID) ([]syntax.DID, error) {
+	collID, ok := s.followColls[followCollection]
+	if !ok {
+		return nil, ErrUnknownLane
+	}
+	rows, err := s.reader.QueryContext(ctx, `
+		SELECT DISTINCT a.did FROM follows f
+		JOIN actors a ON a.id = f.subject_id
+		WHERE f.actor_id = (SELECT id FROM actors WHERE did = ?) AND f.collection_id = ?`,
+		string(viewer), collID)
+	if err != nil {
+		return nil, fmt.Errorf("list followees: %w", err)
+	}
+	defer rows.Close()
+	var out []syntax.DID
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			return nil, err
+		}
+		out = append(out, syntax.DID(d))
+	}
+	return out, rows.Err()
+}
+
+// SyncRun is the record of one backfill run.
+type SyncRun struct {
+	Kind       string // follows, targets
+	Subject    syntax.DID
+	Collection syntax.NSID
+	Pages      int
+	Written    int
+	Skipped    int
+	Outcome    string // ok, error, gone
+	Error      string
+	Started    time.Time
+	Duration   time.Duration
+}
+
+// RecordSyncRun stores a sync run for operators.
+func (s *Store) RecordSyncRun(ctx context.Context, r SyncRun) error {
+	return s.write(ctx, func(w *txWriter) error {
+		_, err := w.tx.ExecContext(ctx, `
+			INSERT INTO sync_runs (kind, subject, collection, pages, written, skipped, outcome, error, started_us, duration_us)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			r.Kind, string(r.Subject), string(r.Collection), r.Pages, r.Written, r.Skipped, r.Outcome,
+			truncate(r.Error, 512), r.Started.UnixMicro(), r.Duration.Microseconds())
+		if err != nil {
+			return fmt.Errorf("record sync run: %w", err)
+		}
+		return nil
+	})
+}
+
+func (s *Store) collectionID(nsid syntax.NSID) (int64, bool) {
+	if id, ok := s.followColls[nsid]; ok {
+		return id, true
+	}
+	id, ok := s.targetColls[nsid]
+	return id, ok
+}
+
+func micros(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}

@@ -1,0 +1,142 @@
+package feeds
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+)
+
+// retentionSlice bounds one retention slice: the records it examines and
+// the tombstones it deletes.
+const retentionSlice = 1000
+
+// retentionLapEvery spaces the retention scan's laps in event time, and
+// a tenth of the window when that is shorter. A lap that reached the cutoff
+// has retired everything due; starting the next at once would re-examine
+// the old records feeds still hold on every tick. Records thus outlive the
+// retention window by at most this much.
+const retentionLapEvery = time.Minute
+
+// retain runs one bounded retention slice. Age is measured in event time
+// against the stream cursor, never the wall clock, so replaying a stream
+// retires the same rows. Nothing new can age out while the stream time
+// stands still, so an idle tick runs nothing unless the last slice was full.
+//
+// Records are scanned in (indexed_us, id) order from a stored position:
+// records that feeds still hold are stepped over rather than examined again
+// on every tick, so each slice costs the same however many old records
+// feeds hold. When the scan reaches the cutoff it starts over, one
+// retentionLapEvery of event time later.
+func (s *Store) retain(ctx context.Context, res *SweepResult) error {
+	sw := &s.sweep
+	nowUS := s.Cursor().TimeUS
+	if nowUS == 0 || (!sw.retainMore && nowUS < sw.retainNextUS) {
+		return nil
+	}
+	keepRecords, keepTombstones := sw.opts.Retention < 0, sw.opts.TombstoneWindow < 0
+	if keepRecords && keepTombstones {
+		return nil
+	}
+	w, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer w.tx.Rollback()
+	st := *sw.state
+	more := false
+
+	var records int64
+	if !keepRecords {
+		cutoff := nowUS - sw.opts.Retention.Microseconds()
+		var endUS, endID int64
+		full, err := w.queryRow(sw.stmts.retainWindowEnd,
+			[]any{st.retainAfterUS, st.retainAfterID, cutoff, retentionSlice - 1}, &endUS, &endID)
+		if err != nil {
+			return fmt.Errorf("find retention window: %w", err)
+		}
+		if !full {
+			endUS, endID = math.MaxInt64, math.MaxInt64
+		}
+		records, err = w.retireRecords(st.retainAfterUS, st.retainAfterID, endUS, endID, cutoff)
+		if err != nil {
+			return err
+		}
+		if full {
+			st.retainAfterUS, st.retainAfterID = endUS, endID
+			more = true
+		} else {
+			st.retainAfterUS, st.retainAfterID = 0, 0
+		}
+		if st.retainAfterUS != sw.state.retainAfterUS || st.retainAfterID != sw.state.retainAfterID {
+			if _, err := w.exec(sw.stmts.saveRetain, st.retainAfterUS, st.retainAfterID); err != nil {
+				return fmt.Errorf("save retention position: %w", err)
+			}
+		}
+	}
+
+	var tombstones int64
+	if !keepTombstones {
+		cutoff := nowUS - sw.opts.TombstoneWindow.Microseconds()
+		tombstones, err = w.exec(sw.stmts.retainTombstones, cutoff, retentionSlice)
+		if err != nil {
+			return fmt.Errorf("retire tombstones: %w", err)
+		}
+		more = more || tombstones == retentionSlice
+	}
+
+	if err := w.commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	sw.state = &st
+	sw.retainMore = more
+	if !more {
+		lap := retentionLapEvery
+		if tenth := sw.opts.Retention / 10; tenth > 0 && tenth < lap {
+			lap = tenth
+		}
+		sw.retainNextUS = nowUS + lap.Microseconds()
+	}
+	res.RecordsRetired = records
+	res.TombstonesRetired = tombstones
+	s.metrics.observeRetention(records, tombstones)
+	return nil
+}
+
+// retireRecords deletes the window's records that no feed holds, and marks
+// the listings of their accounts incomplete: per-account backfill state
+// must not claim records the store no longer has.
+func (w *txWriter) retireRecords(afterUS, afterID, endUS, endID, cutoff int64) (int64, error) {
+	type key struct{ actor, coll int64 }
+	rows, err := w.stmt(w.s.sweep.stmts.retainRecords).QueryContext(w.ctx, afterUS, afterID, endUS, endID, cutoff)
+	if err != nil {
+		return 0, fmt.Errorf("retire records: %w", err)
+	}
+	var n int64
+	var accounts []key
+	seen := map[key]bool{}
+	for rows.Next() {
+		var k key
+		if err := rows.Scan(&k.actor, &k.coll); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("retire records: %w", err)
+		}
+		n++
+		if !seen[k] {
+			seen[k] = true
+			accounts = append(accounts, k)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return 0, fmt.Errorf("retire records: %w", err)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("retire records: %w", err)
+	}
+	for _, k := range accounts {
+		if _, err := w.exec(w.s.sweep.stmts.retainListing, k.actor, k.coll); err != nil {
+			return 0, fmt.Errorf("invalidate listing: %w", err)
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,102 @@
+package feeds
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// RetireViewers retires up to limit viewers who have not read their feed
+// since before now−ttl: their feed rows go, and so do their follow records
+// once they view no feed built from that follow collection (only viewers'
+// follows are stored). Their next read is a first read again. Accounts
+// that nobody follows any more leave the scope (their listings are reset).
+// It returns how many viewers it retired; call it until it returns fewer
+// than limit.
+func (s *Store) RetireViewers(ctx context.Context, now time.Time, ttl time.Duration, limit int) (int, error) {
+	if s.indexAll {
+		return 0, nil
+	}
+	retired := 0
+	err := s.write(ctx, func(w *txWriter) error {
+		rows, err := w.tx.QueryContext(ctx, `
+			SELECT actor_id, feed FROM viewers WHERE last_read_us < ? ORDER BY last_read_us LIMIT ?`,
+			now.Add(-ttl).UnixMicro(), limit)
+		if err != nil {
+			return fmt.Errorf("find stale viewers: %w", err)
+		}
+		type stale struct {
+			id   int64
+			feed string
+		}
+		var list []stale
+		for rows.Next() {
+			var v stale
+			if err := rows.Scan(&v.id, &v.feed); err != nil {
+				rows.Close()
+				return err
+			}
+			list = append(list, v)
+		}
+		rows.Close()
+		for _, v := range list {
+			if err := w.retireViewer(v.id, v.feed); err != nil {
+				return err
+			}
+			retired++
+		}
+		return nil
+	})
+	return retired, err
+}
+
+func (w *txWriter) retireViewer(id int64, feed string) error {
+	lanes, _ := w.s.lanesOf(feed)
+	for _, l := range lanes {
+		if _, err := w.tx.ExecContext(w.ctx, `DELETE FROM feed_items WHERE viewer_id = ? AND target_id = ?`, id, l.id); err != nil {
+			return fmt.Errorf("retire viewer feed: %w", err)
+		}
+	}
+	if _, err := w.tx.ExecContext(w.ctx, `DELETE FROM viewers WHERE actor_id = ? AND feed = ?`, id, feed); err != nil {
+		return fmt.Errorf("retire viewer: %w", err)
+	}
+	if len(lanes) == 0 {
+		return nil
+	}
+	followColl := lanes[0].followCollID
+	var one int
+	still, err := w.queryRow(w.s.stmts.viewerOfFollows, []any{id, followColl}, &one)
+	if err != nil || still {
+		return err
+	}
+	// No feed of this follow collection is read by the actor any more:
+	// drop its follows (and their listing, so a return lists them again).
+	rows, err := w.tx.QueryContext(w.ctx, `SELECT DISTINCT subject_id FROM follows WHERE actor_id = ? AND collection_id = ?`, id, followColl)
+	if err != nil {
+		return err
+	}
+	var subjects []int64
+	for rows.Next() {
+		var sub int64
+		if err := rows.Scan(&sub); err != nil {
+			rows.Close()
+			return err
+		}
+		subjects = append(subjects, sub)
+	}
+	rows.Close()
+	for _, q := range []string{
+		`DELETE FROM follows WHERE actor_id = ? AND collection_id = ?`,
+		`DELETE FROM listings WHERE actor_id = ? AND collection_id = ?`,
+	} {
+		if _, err := w.tx.ExecContext(w.ctx, q, id, followColl); err != nil {
+			return fmt.Errorf("drop retired viewer's follows: %w", err)
+		}
+	}
+	for _, sub := range subjects {
+		if err := w.leaveScopeIfUnfollowed(sub); err != nil {
+			return err
+		}
+	}
+	return nil
+}

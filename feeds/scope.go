@@ -1,0 +1,98 @@
+package feeds
+
+import (
+	"fmt"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// The storage scope. In index_all mode everything in the configured
+// collections is stored. Otherwise the daemon serves the people who read:
+// it stores the follow records of registered viewers and the target records
+// of accounts at least one viewer follows, and skips the rest of the
+// network cheaply (one cached lookup, no row written, not even an actor
+// id), counting it as out of scope.
+
+// followerInScope interns and returns the author of a follow record when
+// its follows are stored.
+func (w *txWriter) followerInScope(did syntax.DID, followCollID int64) (int64, bool, error) {
+	if w.s.indexAll {
+		id, err := w.actorID(did)
+		return id, err == nil, err
+	}
+	id, found, err := w.existingActorID(did)
+	if err != nil || !found {
+		w.countOutOfScope(found, err)
+		return 0, false, err
+	}
+	var one int
+	viewer, err := w.queryRow(w.s.stmts.viewerOfFollows, []any{id, followCollID}, &one)
+	if err != nil {
+		return 0, false, fmt.Errorf("check viewer: %w", err)
+	}
+	w.countOutOfScope(viewer, nil)
+	return id, viewer, nil
+}
+
+// authorInScope returns the author of a target record when its records are
+// stored: someone whose follows are stored follows it.
+func (w *txWriter) authorInScope(did syntax.DID) (int64, bool, error) {
+	if w.s.indexAll {
+		id, err := w.actorID(did)
+		return id, err == nil, err
+	}
+	id, found, err := w.existingActorID(did)
+	if err != nil || !found {
+		w.countOutOfScope(found, err)
+		return 0, false, err
+	}
+	var one int
+	followed, err := w.queryRow(w.s.stmts.followedByAnyone, []any{id}, &one)
+	if err != nil {
+		return 0, false, fmt.Errorf("check followers: %w", err)
+	}
+	w.countOutOfScope(followed, nil)
+	return id, followed, nil
+}
+
+func (w *txWriter) countOutOfScope(inScope bool, err error) {
+	if err == nil && !inScope {
+		w.res.OutOfScope++
+	}
+}
+
+// registeredFor reports whether the viewer receives the feed; in index_all
+// mode everyone does.
+func (w *txWriter) registeredFor(viewerID int64, feed string) (bool, error) {
+	if w.s.indexAll {
+		return true, nil
+	}
+	var one int
+	ok, err := w.queryRow(w.s.stmts.viewerOfFeed, []any{viewerID, feed}, &one)
+	if err != nil {
+		return false, fmt.Errorf("check viewer registration: %w", err)
+	}
+	return ok, nil
+}
+
+// leaveScopeIfUnfollowed invalidates an account's target listings once no
+// viewer follows it any more: its records stop arriving, so when it comes
+// back into scope its backlog must be fetched again rather than left with
+// a hole.
+func (w *txWriter) leaveScopeIfUnfollowed(subjectID int64) error {
+	var one int
+	followed, err := w.queryRow(w.s.stmts.followedByAnyone, []any{subjectID}, &one)
+	if err != nil {
+		return fmt.Errorf("check followers: %w", err)
+	}
+	if followed {
+		return nil
+	}
+	if _, err := w.tx.ExecContext(w.ctx, `
+		UPDATE listings SET complete = 0, cursor = '', page = 0, fetched = 0, round = round + 1
+		WHERE actor_id = ? AND collection_id NOT IN (SELECT follow_collection_id FROM feed_targets)`,
+		subjectID); err != nil {
+		return fmt.Errorf("invalidate listings: %w", err)
+	}
+	return nil
+}

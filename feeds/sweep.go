@@ -1,0 +1,250 @@
+package feeds
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// SweepOptions configures the prune sweep, retention and vacuum. A zero
+// field takes its default.
+type SweepOptions struct {
+	// Actors is how many viewers one slice visits (sweep_actors): up to
+	// half on viewers whose feeds grew, the rest after the rolling cursor.
+	// 1 leaves no half for the grown queue and disables that fast path.
+	Actors int
+	// RecoveryInterval is how long after a full pass ended the next one
+	// becomes due even without ingest, so rows that went over cap with no
+	// fresh writes (a lowered cap, an import) are trimmed on an idle stream.
+	RecoveryInterval time.Duration
+	// Retention is how long, in event time, a target record that no feed
+	// holds is kept. Negative keeps records forever.
+	Retention time.Duration
+	// TombstoneWindow is how long, in event time, delete tombstones are
+	// kept. It must cover any replay of the stream (the reconnect rewind).
+	// Negative keeps them forever.
+	TombstoneWindow time.Duration
+	// GrownLimit bounds the queue of grown feeds; past it new entries are
+	// dropped and the rolling cursor covers them.
+	GrownLimit int
+	// IncrementalVacuum creates new database files in
+	// auto_vacuum=incremental mode, so the sweep can return free pages to
+	// the file system. Off by default: freed pages are reused anyway, so
+	// the file stops growing once feeds are at cap, and the mode costs
+	// about 15% of fan-out throughput (docs/prune.md). It only shrinks the
+	// file after a large one-off drop (a lowered cap, retired viewers). An
+	// existing file keeps the mode it was created with.
+	IncrementalVacuum bool
+	// VacuumPages is, in incremental mode, both the most free pages one
+	// tick returns to the file system and the free pages kept for reuse.
+	// Negative disables vacuum.
+	VacuumPages int
+}
+
+// Defaults of SweepOptions.
+const (
+	DefaultSweepActors      = 500
+	DefaultRecoveryInterval = 6 * time.Hour
+	DefaultRetention        = 7 * 24 * time.Hour
+	DefaultTombstoneWindow  = 72 * time.Hour
+	DefaultGrownLimit       = 10_000
+	DefaultVacuumPages      = 1024
+)
+
+func (o SweepOptions) withDefaults() SweepOptions {
+	if o.Actors <= 0 {
+		o.Actors = DefaultSweepActors
+	}
+	if o.RecoveryInterval <= 0 {
+		o.RecoveryInterval = DefaultRecoveryInterval
+	}
+	if o.Retention == 0 {
+		o.Retention = DefaultRetention
+	}
+	if o.TombstoneWindow == 0 {
+		o.TombstoneWindow = DefaultTombstoneWindow
+	}
+	if o.GrownLimit <= 0 {
+		o.GrownLimit = DefaultGrownLimit
+	}
+	if o.VacuumPages == 0 {
+		o.VacuumPages = DefaultVacuumPages
+	}
+	return o
+}
+
+// grownBudget is the part of a slice's budget the grown queue may use.
+func (o SweepOptions) grownBudget() int { return o.Actors / 2 }
+
+// Tick is one beat of the sweep: a committed ingest batch, or the idle
+// timer when the stream is quiet.
+type Tick struct {
+	// Now is the clock time of the tick; recovery passes are scheduled
+	// on it. Tests inject it. Zero means time.Now().
+	Now time.Time
+	// Mutated says the tick's batch wrote feed rows (see
+	// BatchResult.MutatedFeeds). Idle timer ticks leave it false.
+	Mutated bool
+}
+
+// MutatedFeeds reports whether the batch wrote feed rows (a fan-out or a
+// follow merge), so its tick must run a sweep slice.
+func (r BatchResult) MutatedFeeds() bool { return r.FanoutRows > 0 || r.MergedRows > 0 }
+
+// SweepReason says why a slice ran; it labels the slices metric.
+type SweepReason string
+
+const (
+	// SweepIngest: the tick's batch wrote feed rows.
+	SweepIngest SweepReason = "ingest"
+	// SweepGrown: an idle tick with grown feeds still queued.
+	SweepGrown SweepReason = "grown"
+	// SweepRecovery: an idle tick while a full pass is due.
+	SweepRecovery SweepReason = "recovery"
+)
+
+// SweepResult says what one tick did.
+type SweepResult struct {
+	// Reason is why a slice ran; empty when none did.
+	Reason SweepReason
+	// Viewers is how many viewers the slice visited, never more than
+	// SweepOptions.Actors; GrownViewers of them came from the grown queue.
+	Viewers      int
+	GrownViewers int
+	// RowsDeleted is the feed rows the slice trimmed.
+	RowsDeleted int64
+	// PassEnded: the rolling cursor wrapped and a full pass was recorded.
+	PassEnded bool
+	// Pending: the next tick has work even if idle (grown feeds are
+	// queued, a full pass is due, or retention or vacuum stopped at their
+	// bound), so an idle timer may tick again soon.
+	Pending           bool
+	RecordsRetired    int64
+	TombstonesRetired int64
+	VacuumedPages     int64
+}
+
+// sweeper is the Store's sweep state, guarded by Store.writeMu.
+type sweeper struct {
+	opts          SweepOptions
+	stmts         *sweepStatements
+	state         *sweepState // nil until the first tick loads it
+	grownPending  bool
+	disabledLanes []int64 // lanes that left the config: their rows are swept away
+	incremental   bool    // the file is in auto_vacuum=incremental mode
+	vacuumMore    bool
+	retainNextUS  int64 // stream time at which the next retention lap may start
+	retainMore    bool  // the last retention slice was full
+}
+
+// SweepTick runs one tick of the sweep: at most one slice of up to
+// SweepOptions.Actors viewers, one bounded retention slice and a bounded
+// incremental vacuum. A tick with nothing to do runs no statement that
+// writes.
+//
+// Call it after each committed batch (Mutated = res.MutatedFeeds()) and on
+// an idle timer. It takes the write lock, like ApplyBatch.
+func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
+	if t.Now.IsZero() {
+		t.Now = time.Now()
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if err := s.sweepInit(ctx); err != nil {
+		return SweepResult{}, err
+	}
+	var res SweepResult
+	now := t.Now.UnixMicro()
+	if reason := s.sweepReason(t.Mutated, now); reason != "" {
+		if err := s.runSlice(ctx, reason, now, &res); err != nil {
+			return res, fmt.Errorf("sweep slice: %w", err)
+		}
+	}
+	if err := s.retain(ctx, &res); err != nil {
+		return res, fmt.Errorf("retention: %w", err)
+	}
+	freed := res.RowsDeleted > 0 || res.RecordsRetired > 0 || res.TombstonesRetired > 0
+	if err := s.vacuum(ctx, freed, &res); err != nil {
+		return res, fmt.Errorf("incremental vacuum: %w", err)
+	}
+	sw := &s.sweep
+	res.Pending = s.sweepReason(false, now) != "" || sw.retainMore || sw.vacuumMore
+	return res, nil
+}
+
+// sweepReason decides whether a tick runs a slice, and why.
+func (s *Store) sweepReason(mutated bool, now int64) SweepReason {
+	sw := &s.sweep
+	switch {
+	case mutated:
+		return SweepIngest
+	case sw.grownPending && sw.opts.grownBudget() > 0:
+		return SweepGrown
+	case sw.passDue(now):
+		return SweepRecovery
+	}
+	return ""
+}
+
+// passDue: a full pass is due one recovery interval after the previous one
+// ended, and at once on a database never swept.
+func (sw *sweeper) passDue(now int64) bool { return now >= sw.dueAt() }
+
+// dueAt is when the next full pass falls due (unix microseconds).
+func (sw *sweeper) dueAt() int64 {
+	if sw.state.lastPassEndUS == 0 {
+		return 0
+	}
+	return sw.state.lastPassEndUS + sw.opts.RecoveryInterval.Microseconds()
+}
+
+// sweepInit prepares the sweep's statements and loads its state at the
+// first tick.
+func (s *Store) sweepInit(ctx context.Context) error {
+	sw := &s.sweep
+	if sw.state != nil {
+		return nil
+	}
+	if _, err := s.sweepStatements(ctx); err != nil {
+		return err
+	}
+	st, err := loadSweepState(ctx, s.writer)
+	if err != nil {
+		return err
+	}
+	var pending int
+	if err := s.writer.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sweep_grown)`).Scan(&pending); err != nil {
+		return fmt.Errorf("read grown queue: %w", err)
+	}
+	rows, err := s.writer.QueryContext(ctx, `SELECT id FROM feed_targets WHERE enabled = 0 ORDER BY id`)
+	if err != nil {
+		return fmt.Errorf("read disabled lanes: %w", err)
+	}
+	defer rows.Close()
+	var disabled []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		disabled = append(disabled, id)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read disabled lanes: %w", err)
+	}
+	var mode int
+	if err := s.writer.QueryRowContext(ctx, `PRAGMA auto_vacuum`).Scan(&mode); err != nil {
+		return fmt.Errorf("read auto_vacuum: %w", err)
+	}
+	// 2 is incremental. A file created before the mode was set keeps
+	// "none" until a full VACUUM rewrites it.
+	sw.incremental = mode == 2
+	if !sw.incremental && sw.opts.IncrementalVacuum && sw.opts.VacuumPages > 0 {
+		s.log.Info("database is not in auto_vacuum=incremental mode; freed pages are reused but not returned (run VACUUM offline once to convert)")
+	}
+	sw.state = &st
+	sw.grownPending = pending == 1
+	sw.disabledLanes = disabled
+	s.metrics.observePass(st)
+	return nil
+}

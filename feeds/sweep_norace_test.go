@@ -1,0 +1,5 @@
+//go:build !race
+
+package feeds
+
+const raceEnabled = false

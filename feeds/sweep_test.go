@@ -1,0 +1,374 @@
+package feeds
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+const noteNSID = syntax.NSID("com.example.note")
+
+// t0 is the sweep tests' clock origin; ticks are driven from it, never
+// from the wall clock.
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func openSweep(tb testing.TB, path string, feeds []Feed, opts SweepOptions) *Store {
+	tb.Helper()
+	return mustOpenWith(tb, Options{Path: path, Feeds: feeds, IndexAll: true, Sweep: opts})
+}
+
+// target makes a create of a record in any target collection.
+func target(coll syntax.NSID, author, rkey string, n int64) Change {
+	c := post(author, rkey, n)
+	c.Collection = coll
+	c.Record = json.RawMessage(fmt.Sprintf(`{"$type":%q,"text":%q}`, coll, rkey))
+	return c
+}
+
+func tick(tb testing.TB, s *Store, now time.Time, mutated bool) SweepResult {
+	tb.Helper()
+	res, err := s.SweepTick(context.Background(), Tick{Now: now, Mutated: mutated})
+	if err != nil {
+		tb.Fatalf("sweep tick: %v", err)
+	}
+	if res.Viewers > s.sweep.opts.Actors {
+		tb.Fatalf("slice visited %d viewers, budget %d", res.Viewers, s.sweep.opts.Actors)
+	}
+	return res
+}
+
+// settle runs a tick, then idle ticks until nothing is pending (no grown
+// feeds queued, no pass due), and reports whether a full pass ended.
+func settle(tb testing.TB, s *Store, now time.Time, mutated bool) (passEnded bool) {
+	tb.Helper()
+	for range 1000 {
+		r := tick(tb, s, now, mutated)
+		mutated = false
+		passEnded = passEnded || r.PassEnded
+		if !r.Pending {
+			return passEnded
+		}
+	}
+	tb.Fatal("sweep still pending after 1000 ticks")
+	return false
+}
+
+func querySQL[T any](tb testing.TB, s *Store, q string, args ...any) T {
+	tb.Helper()
+	var v T
+	if err := s.writer.QueryRow(q, args...).Scan(&v); err != nil {
+		tb.Fatalf("%s: %v", q, err)
+	}
+	return v
+}
+
+// feedsOverCap counts (viewer, lane) pairs holding more than the lane's cap.
+func feedsOverCap(tb testing.TB, s *Store) int {
+	return querySQL[int](tb, s, `SELECT count(*) FROM (
+		SELECT 1 FROM feed_items fi JOIN feed_targets t ON t.id = fi.target_id
+		GROUP BY fi.viewer_id, fi.target_id HAVING count(*) > max(t.cap))`)
+}
+
+func TestSweepHoldsEachLaneToItsCapWithTiesAtTheCutoff(t *testing.T) {
+	// Two feeds over the same follow and post collections with their own
+	// caps, and a second collection in one of them.
+	feeds := []Feed{
+		{Name: "a", FollowCollection: followNSID, MergeLimit: 100, Targets: []Target{
+			{Collection: postNSID, Cap: 3}, {Collection: noteNSID, Cap: 2}}},
+		{Name: "b", FollowCollection: followNSID, MergeLimit: 100, Targets: []Target{
+			{Collection: postNSID, Cap: 5}}},
+	}
+	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 2})
+
+	var changes []Change
+	viewers := []string{"v1", "v2", "v3", "v4", "v5"}
+	for i, v := range viewers {
+		changes = append(changes, follow(v, "alice", "fa", int64(i+1)), follow(v, "bob", "fb", int64(i+1)))
+	}
+	apply(t, s, changes...)
+	// Eight posts in one microsecond: the cutoff falls inside the tie,
+	// which the record id breaks as pagination does.
+	changes = nil
+	for i := 1; i <= 8; i++ {
+		changes = append(changes, post("alice", fmt.Sprintf("p%d", i), 100))
+	}
+	changes = append(changes, post("bob", "q1", 50), post("bob", "q2", 60))
+	for i := 1; i <= 6; i++ {
+		changes = append(changes, target(noteNSID, "alice", fmt.Sprintf("n%d", i), int64(200+i)))
+	}
+	res := apply(t, s, changes...)
+	if got := feedsOverCap(t, s); got != 15 {
+		t.Fatalf("%d lanes over cap before the sweep, want 15", got)
+	}
+
+	if !settle(t, s, t0, res.MutatedFeeds()) {
+		t.Fatal("no full pass ended")
+	}
+	if got := feedsOverCap(t, s); got != 0 {
+		t.Fatalf("%d lanes over cap after a full pass", got)
+	}
+	for _, v := range viewers {
+		for _, c := range []struct {
+			feed string
+			coll syntax.NSID
+			want []string
+		}{
+			{"a", postNSID, []string{"p8", "p7", "p6"}},
+			{"a", noteNSID, []string{"n6", "n5"}},
+			{"b", postNSID, []string{"p8", "p7", "p6", "p5", "p4"}},
+		} {
+			if got := feedRKeys(t, s, c.feed, v, c.coll); !slices.Equal(got, c.want) {
+				t.Errorf("%s feed %s %s = %v, want %v", v, c.feed, c.coll, got, c.want)
+			}
+		}
+	}
+}
+
+func TestSweepEnforcesALoweredCapOnAnIdleStreamOnceARecoveryPassIsDue(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	capped := func(n int) []Feed {
+		return []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+			Targets: []Target{{Collection: postNSID, Cap: n}}}}
+	}
+	opts := SweepOptions{Actors: 2, RecoveryInterval: 6 * time.Hour}
+	s := openSweep(t, path, capped(5), opts)
+	var changes []Change
+	for i := range 5 {
+		changes = append(changes, follow(fmt.Sprintf("v%d", i), "alice", "f", int64(i+1)))
+	}
+	for i := range 5 {
+		changes = append(changes, post("alice", fmt.Sprintf("p%d", i), int64(100+i)))
+	}
+	res := apply(t, s, changes...)
+	settle(t, s, t0, res.MutatedFeeds())
+	if got := len(feedRKeys(t, s, "following", "v0", postNSID)); got != 5 {
+		t.Fatalf("feed holds %d, want 5", got)
+	}
+	s.Close()
+
+	s = openSweep(t, path, capped(2), opts)
+	// Not due yet: the stream is idle and the last pass ended at t0.
+	for _, after := range []time.Duration{time.Minute, 5*time.Hour + 59*time.Minute} {
+		if r := tick(t, s, t0.Add(after), false); r.Reason != "" || r.Pending {
+			t.Fatalf("tick at +%v ran %+v before the recovery pass was due", after, r)
+		}
+	}
+	if got := feedsOverCap(t, s); got != 5 {
+		t.Fatalf("%d feeds over the lowered cap, want 5 untouched", got)
+	}
+	due := t0.Add(6 * time.Hour)
+	ticks := 0
+	for {
+		r := tick(t, s, due, false)
+		ticks++
+		if r.Reason != SweepRecovery {
+			t.Fatalf("tick %d ran %q, want a recovery slice", ticks, r.Reason)
+		}
+		if r.PassEnded {
+			break
+		}
+	}
+	// Five viewers at two per slice: ceil(5/2) slices.
+	if ticks != 3 {
+		t.Errorf("recovery pass took %d ticks, want 3", ticks)
+	}
+	if got := feedsOverCap(t, s); got != 0 {
+		t.Fatalf("%d feeds over cap after the recovery pass", got)
+	}
+	if got := feedRKeys(t, s, "following", "v3", postNSID); !slices.Equal(got, []string{"p4", "p3"}) {
+		t.Fatalf("feed = %v, want the two newest", got)
+	}
+	if r := tick(t, s, due.Add(time.Minute), false); r.Reason != "" {
+		t.Fatalf("a tick after the pass ran a %q slice", r.Reason)
+	}
+}
+
+func TestSweepIdleTickWithNoPassDueIssuesNoDelete(t *testing.T) {
+	s := openSweep(t, t.TempDir()+"/appview.db", defaultFeeds, SweepOptions{Actors: 10})
+	res := apply(t, s, follow("v", "alice", "f", 1), post("alice", "p", 2), unpost("alice", "gone", 3))
+	settle(t, s, t0, res.MutatedFeeds())
+
+	changes := querySQL[int64](t, s, `SELECT total_changes()`)
+	for i := range 10 {
+		r := tick(t, s, t0.Add(time.Duration(i)*time.Minute), false)
+		if r != (SweepResult{}) {
+			t.Fatalf("idle tick %d did %+v", i, r)
+		}
+	}
+	if got := querySQL[int64](t, s, `SELECT total_changes()`); got != changes {
+		t.Fatalf("idle ticks changed %d rows", got-changes)
+	}
+	// A batch that wrote no feed rows is idle too.
+	res = apply(t, s, follow("w", "nobody", "f", 4))
+	if res.MutatedFeeds() {
+		t.Fatal("a follow of an account with no records mutated feeds")
+	}
+}
+
+func TestSweepFollowMergeQueuesTheViewer(t *testing.T) {
+	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 2}}}}
+	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 2})
+	// Ten viewers at cap, then a full pass so the rolling cursor is back
+	// at the start.
+	var changes []Change
+	for i := range 10 {
+		changes = append(changes, follow(fmt.Sprintf("v%d", i), "alice", "f", 1))
+	}
+	changes = append(changes, post("alice", "p1", 10), post("alice", "p2", 11))
+	apply(t, s, changes...)
+	settle(t, s, t0, false)
+	// The last viewer, the one the rolling cursor reaches last, follows
+	// bob, whose three posts the merge brings in.
+	apply(t, s, post("bob", "b1", 20), post("bob", "b2", 21), post("bob", "b3", 22))
+	res := apply(t, s, follow("v9", "bob", "fb", 30))
+	if res.MergedRows != 3 {
+		t.Fatalf("merged %d rows, want 3", res.MergedRows)
+	}
+	r := tick(t, s, t0, res.MutatedFeeds())
+	if r.GrownViewers != 1 || r.Pending {
+		t.Fatalf("tick = %+v, want the one grown viewer served and nothing pending", r)
+	}
+	if got := feedRKeys(t, s, "following", "v9", postNSID); !slices.Equal(got, []string{"b3", "b2"}) {
+		t.Fatalf("feed = %v after one tick, want it back at cap", got)
+	}
+}
+
+func TestSweepGrownQueueOverflowFallsBackToTheRollingCursor(t *testing.T) {
+	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 1}}}}
+	reg := prometheus.NewRegistry()
+	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: feeds, IndexAll: true,
+		Metrics: NewMetrics(reg), Sweep: SweepOptions{Actors: 4, GrownLimit: 2}})
+	var changes []Change
+	for i := range 6 {
+		changes = append(changes, follow(fmt.Sprintf("v%d", i), fmt.Sprintf("a%d", i%3), "f", 1))
+	}
+	apply(t, s, changes...)
+	settle(t, s, t0, false)
+	// Three authors post twice: three grown entries, room for two.
+	res := apply(t, s, post("a0", "p1", 10), post("a1", "p1", 10), post("a2", "p1", 10),
+		post("a0", "p2", 11), post("a1", "p2", 11), post("a2", "p2", 11))
+	if got := querySQL[int](t, s, `SELECT count(*) FROM sweep_grown`); got != 2 {
+		t.Fatalf("grown queue holds %d, want its bound 2", got)
+	}
+	if got := testutil.ToFloat64(s.metrics.sweep.grownDropped); got != 1 {
+		t.Fatalf("dropped %v grown entries, want 1", got)
+	}
+	settle(t, s, t0, res.MutatedFeeds())
+	if got := feedsOverCap(t, s); got != 0 {
+		t.Fatalf("%d feeds over cap after a full pass", got)
+	}
+}
+
+func TestSweepClearsLanesThatLeftTheConfig(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	both := []Feed{
+		{Name: "a", FollowCollection: followNSID, MergeLimit: 100, Targets: []Target{{Collection: postNSID, Cap: 5}}},
+		{Name: "b", FollowCollection: followNSID, MergeLimit: 100, Targets: []Target{{Collection: postNSID, Cap: 5}}},
+	}
+	s := openSweep(t, path, both, SweepOptions{})
+	apply(t, s, follow("v", "alice", "f", 1), post("alice", "p", 2))
+	s.Close()
+	s = openSweep(t, path, both[:1], SweepOptions{})
+	settle(t, s, t0, false)
+	if got := querySQL[int](t, s, `SELECT count(*) FROM feed_items fi JOIN feed_targets t ON t.id = fi.target_id WHERE t.feed = 'b'`); got != 0 {
+		t.Fatalf("disabled lane still holds %d rows", got)
+	}
+	if got := feedRKeys(t, s, "a", "v", postNSID); !slices.Equal(got, []string{"p"}) {
+		t.Fatalf("feed a = %v", got)
+	}
+}
+
+func TestSweepMetrics(t *testing.T) {
+	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 1}}}}
+	reg := prometheus.NewRegistry()
+	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: feeds, IndexAll: true,
+		Metrics: NewMetrics(reg), Sweep: SweepOptions{Actors: 10}})
+	res := apply(t, s, follow("v1", "alice", "f", 1), follow("v2", "alice", "f", 1),
+		post("alice", "p1", 2), post("alice", "p2", 3))
+	r := tick(t, s, t0, res.MutatedFeeds())
+	m := s.metrics.sweep
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"ingest slices", testutil.ToFloat64(m.slices.WithLabelValues("ingest")), 1},
+		{"viewers visited", testutil.ToFloat64(m.viewers), float64(r.Viewers)},
+		{"rows deleted", testutil.ToFloat64(m.rows), 2},
+		{"last pass end", testutil.ToFloat64(m.lastPassEnd), float64(t0.Unix())},
+		{"last pass rows", testutil.ToFloat64(m.lastPassRows), 2},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if n := testutil.CollectAndCount(reg, "appview_sweep_slice_seconds"); n != 1 {
+		t.Errorf("slice histogram series = %d", n)
+	}
+	var nilMetrics *Metrics
+	nilMetrics.observeSlice(SweepIngest, 1, 1, time.Second)
+	nilMetrics.observePass(sweepState{lastPassEndUS: 1})
+	nilMetrics.observeRetention(1, 1)
+}
+
+func TestSweepTrimsADeploymentSmallerThanTheBudgetInOneTick(t *testing.T) {
+	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 1}}}}
+	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 4})
+	apply(t, s, follow("v1", "alice", "f", 1), follow("v2", "alice", "f", 1), follow("v3", "alice", "f", 1))
+	settle(t, s, t0, false)
+	for i := range 3 {
+		res := apply(t, s, post("alice", fmt.Sprintf("p%d", i), int64(10+2*i)), post("alice", fmt.Sprintf("q%d", i), int64(11+2*i)))
+		// The grown queue takes two of the three viewers, the rolling
+		// cursor the third, passing over the two already trimmed.
+		r := tick(t, s, t0, res.MutatedFeeds())
+		if got := feedsOverCap(t, s); got != 0 || !r.PassEnded || r.Viewers != 3 {
+			t.Fatalf("tick %d: %+v, %d feeds over cap; want all three trimmed in one pass", i, r, got)
+		}
+	}
+}
+
+// TestSweepGrownAuthorPostingAgainGoesRoundAgain: followers an entry has
+// already passed grew again when the author posts mid-expansion, so the
+// entry goes round once more instead of ending.
+func TestSweepGrownAuthorPostingAgainGoesRoundAgain(t *testing.T) {
+	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 1}}}}
+	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 2})
+	apply(t, s, follow("v1", "alice", "f", 1), follow("v2", "alice", "f", 1), follow("v3", "alice", "f", 1))
+	settle(t, s, t0, false)
+	entry := func() (after int64, again bool) {
+		if err := s.writer.QueryRow(`SELECT after_id, again FROM sweep_grown`).Scan(&after, &again); err != nil {
+			t.Fatal(err)
+		}
+		return after, again
+	}
+	res := apply(t, s, post("alice", "p1", 10), post("alice", "p2", 11))
+	tick(t, s, t0, res.MutatedFeeds()) // one follower (budget 1)
+	if after, again := entry(); after == 0 || again {
+		t.Fatalf("entry after one slice: after %d again %v", after, again)
+	}
+	res = apply(t, s, post("alice", "p3", 12))
+	if _, again := entry(); !again {
+		t.Fatal("a post mid-expansion did not mark the entry to go round again")
+	}
+	tick(t, s, t0, res.MutatedFeeds()) // the second follower
+	tick(t, s, t0, false)              // the third
+	tick(t, s, t0, false)              // end of the round: requeued, first follower again
+	if after, again := entry(); after != querySQL[int64](t, s, `SELECT id FROM actors WHERE did = ?`, string(did("v1"))) || again {
+		t.Fatalf("entry after its round: after %d again %v; want a second round begun", after, again)
+	}
+	settle(t, s, t0, false)
+	if n := querySQL[int](t, s, `SELECT count(*) FROM sweep_grown`); n != 0 || feedsOverCap(t, s) != 0 {
+		t.Fatalf("%d entries left, %d feeds over cap", n, feedsOverCap(t, s))
+	}
+}

@@ -1,0 +1,253 @@
+package feeds
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// ViewerStatus is a viewer's first-read state for one feed.
+type ViewerStatus struct {
+	Complete   bool
+	Attempts   int
+	LastError  string
+	NextRetry  time.Time
+	ClaimOwner string
+	ClaimUntil time.Time
+}
+
+// lastReadResolution is how stale a viewer's last-read time may get before
+// a read writes it again: at most one write per viewer per hour.
+const lastReadResolution = time.Hour
+
+// RegisterViewer makes the actor a viewer of the feed (its first read) or
+// refreshes its last-read time, and returns its first-read state. From
+// here on the viewer is in the fan-out audience of the feed.
+func (s *Store) RegisterViewer(ctx context.Context, viewer syntax.DID, feed string, now time.Time) (ViewerStatus, error) {
+	if _, ok := s.lanesOf(feed); !ok {
+		return ViewerStatus{}, ErrUnknownLane
+	}
+	var st ViewerStatus
+	err := s.write(ctx, func(w *txWriter) error {
+		id, err := w.actorID(viewer)
+		if err != nil {
+			return err
+		}
+		nowUS := now.UnixMicro()
+		if _, err := w.tx.ExecContext(ctx, `
+			INSERT INTO viewers (actor_id, feed, registered_us, last_read_us) VALUES (?1, ?2, ?3, ?3)
+			ON CONFLICT (actor_id, feed) DO UPDATE SET last_read_us = excluded.last_read_us
+			WHERE viewers.last_read_us < excluded.last_read_us - ?4`,
+			id, feed, nowUS, lastReadResolution.Microseconds()); err != nil {
+			return fmt.Errorf("register viewer: %w", err)
+		}
+		st, err = readViewerStatus(ctx, w.tx, id, feed)
+		return err
+	})
+	return st, err
+}
+
+func readViewerStatus(ctx context.Context, tx *sql.Tx, actorID int64, feed string) (ViewerStatus, error) {
+	var st ViewerStatus
+	var state string
+	var nextUS, claimUS int64
+	err := tx.QueryRowContext(ctx, `
+		SELECT state, attempts, last_error, next_retry_us, claim_owner, claim_until_us
+		FROM viewers WHERE actor_id = ? AND feed = ?`, actorID, feed).
+		Scan(&state, &st.Attempts, &st.LastError, &nextUS, &st.ClaimOwner, &claimUS)
+	if err != nil {
+		return st, fmt.Errorf("read viewer: %w", err)
+	}
+	st.Complete = state == "complete"
+	st.NextRetry = fromMicros(nextUS)
+	st.ClaimUntil = fromMicros(claimUS)
+	return st, nil
+}
+
+// ClaimFirstRead takes the first-read run of (viewer, feed) for owner with
+// a compare-and-swap on the marker row: it succeeds when nobody holds the
+// claim, the holder's lease ran out (a crashed run), or owner already
+// holds it. A complete viewer cannot be claimed.
+func (s *Store) ClaimFirstRead(ctx context.Context, viewer syntax.DID, feed, owner string, now time.Time, lease time.Duration) (bool, error) {
+	claimed := false
+	err := s.write(ctx, func(w *txWriter) error {
+		id, found, err := w.existingActorID(viewer)
+		if err != nil || !found {
+			return err
+		}
+		r, err := w.tx.ExecContext(ctx, `
+			UPDATE viewers SET claim_owner = ?3, claim_until_us = ?5
+			WHERE actor_id = ?1 AND feed = ?2 AND state <> 'complete'
+			AND (claim_owner = '' OR claim_owner = ?3 OR claim_until_us < ?4)`,
+			id, feed, owner, now.UnixMicro(), now.Add(lease).UnixMicro())
+		if err != nil {
+			return fmt.Errorf("claim first read: %w", err)
+		}
+		n, _ := r.RowsAffected()
+		claimed = n == 1
+		return nil
+	})
+	return claimed, err
+}
+
+// ErrClaimLost means another run took the first-read claim over (our
+// lease ran out); the rows we wrote stay, since every write is idempotent.
+var ErrClaimLost = errors.New("first-read claim lost")
+
+// CompleteFirstRead builds the viewer's feed from the stored targets of
+// its followees, newest first up to each lane's cap, one statement per
+// lane, and marks the first read complete, in one transaction.
+func (s *Store) CompleteFirstRead(ctx context.Context, viewer syntax.DID, feed, owner string, now time.Time) (int64, error) {
+	lanes, ok := s.lanesOf(feed)
+	if !ok {
+		return 0, ErrUnknownLane
+	}
+	var rows int64
+	err := s.write(ctx, func(w *txWriter) error {
+		id, found, err := w.existingActorID(viewer)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return ErrClaimLost
+		}
+		for _, l := range lanes {
+			r, err := w.tx.ExecContext(ctx, buildFeedSQL, id, l.id, l.collectionID, l.followCollID, l.cap)
+			if err != nil {
+				return fmt.Errorf("build feed %s: %w", l.feed, err)
+			}
+			n, _ := r.RowsAffected()
+			rows += n
+		}
+		if rows > 0 {
+			w.grewViewer(id)
+		}
+		r, err := w.tx.ExecContext(ctx, `
+			UPDATE viewers SET state = 'complete', completed_us = ?4, claim_owner = '', claim_until_us = 0,
+				last_error = '', next_retry_us = 0
+			WHERE actor_id = ?1 AND feed = ?2 AND claim_owner = ?3`, id, feed, owner, now.UnixMicro())
+		if err != nil {
+			return fmt.Errorf("complete first read: %w", err)
+		}
+		if n, _ := r.RowsAffected(); n != 1 {
+			return ErrClaimLost
+		}
+		w.res.MergedRows += rows
+		return nil
+	})
+	return rows, err
+}
+
+// buildFeedSQL fills one lane of a viewer's feed from what is stored: the
+// newest records of every distinct account the viewer follows.
+const buildFeedSQL = `
+	INSERT OR IGNORE INTO feed_items (viewer_id, target_id, sort_us, record_id)
+	SELECT ?1, ?2, r.sort_us, r.id
+	FROM (SELECT DISTINCT subject_id FROM follows WHERE actor_id = ?1 AND collection_id = ?4 AND subject_id <> ?1) f
+	JOIN records r ON r.actor_id = f.subject_id AND r.collection_id = ?3
+	ORDER BY r.sort_us DESC, r.id DESC
+	LIMIT ?5`
+
+// FailFirstRead records a failed first read (releasing the claim) so the
+// next read retries it after nextRetry.
+func (s *Store) FailFirstRead(ctx context.Context, viewer syntax.DID, feed, owner, reason string, nextRetry time.Time) error {
+	return s.write(ctx, func(w *txWriter) error {
+		id, found, err := w.existingActorID(viewer)
+		if err != nil || !found {
+			return err
+		}
+		_, err = w.tx.ExecContext(ctx, `
+			UPDATE viewers SET attempts = attempts + 1, last_error = ?4, next_retry_us = ?5,
+				claim_owner = '', claim_until_us = 0
+			WHERE actor_id = ?1 AND feed = ?2 AND claim_owner = ?3`,
+			id, feed, owner, truncate(reason, 512), nextRetry.UnixMicro())
+		if err != nil {
+			return fmt.Errorf("record failed first read: %w", err)
+		}
+		return nil
+	})
+}
+
+// MergeFollowee merges a followee's newest stored records into the
+// viewer's registered lanes fed by the follow collection: the last step of
+// fetching a newly followed account's backlog.
+func (s *Store) MergeFollowee(ctx context.Context, viewer, subject syntax.DID, followCollection syntax.NSID) (int64, error) {
+	collID, ok := s.followColls[followCollection]
+	if !ok {
+		return 0, ErrUnknownLane
+	}
+	var rows int64
+	err := s.write(ctx, func(w *txWriter) error {
+		v, found, err := w.existingActorID(viewer)
+		if err != nil || !found {
+			return err
+		}
+		sub, found, err := w.existingActorID(subject)
+		if err != nil || !found {
+			return err
+		}
+		if err := w.followed(v, collID, sub); err != nil {
+			return err
+		}
+		rows = w.res.MergedRows
+		return nil
+	})
+	return rows, err
+}
+
+// write runs fn in one write transaction under writeMu and commits it.
+func (s *Store) write(ctx context.Context, fn func(w *txWriter) error) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	w, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer w.tx.Rollback()
+	if err := fn(w); err != nil {
+		return err
+	}
+	if err := w.commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// lanesOf returns the lanes of a feed.
+func (s *Store) lanesOf(feed string) ([]*lane, bool) {
+	var out []*lane
+	for i := range s.lanes {
+		if s.lanes[i].feed == feed {
+			out = append(out, &s.lanes[i])
+		}
+	}
+	return out, len(out) > 0
+}
+
+func fromMicros(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// KnownViewer reports whether the actor is already registered for the
+// feed, from the read pool: the cheap check before admitting a new one.
+func (s *Store) KnownViewer(ctx context.Context, viewer syntax.DID, feed string) bool {
+	var one int
+	err := s.reader.QueryRowContext(ctx, `
+		SELECT 1 FROM viewers v JOIN actors a ON a.id = v.actor_id WHERE a.did = ? AND v.feed = ?`,
+		string(viewer), feed).Scan(&one)
+	return err == nil
+}

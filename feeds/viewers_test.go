@@ -1,0 +1,150 @@
+package feeds
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+func openViewerMode(t *testing.T) *Store {
+	t.Helper()
+	return mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: defaultFeeds})
+}
+
+func TestViewerModeStoresOnlyWhatViewersNeed(t *testing.T) {
+	s := openViewerMode(t)
+	ctx := context.Background()
+	now := time.Unix(1_000, 0)
+	if _, err := s.RegisterViewer(ctx, did("alice"), "following", now); err != nil {
+		t.Fatal(err)
+	}
+	res := apply(t, s,
+		follow("alice", "carol", "f1", 1), // a viewer's follow: stored
+		follow("bob", "carol", "f2", 2),   // bob never read: skipped
+		post("carol", "p1", 3),            // followed by a viewer: stored, fanned out to alice
+		post("erin", "p2", 4),             // followed by nobody who reads: skipped
+	)
+	if res.Applied != 2 || res.OutOfScope != 2 {
+		t.Fatalf("result %+v, want 2 applied and 2 out of scope", res)
+	}
+	if got := feedRKeys(t, s, "following", "alice", postNSID); !slices.Equal(got, []string{"p1"}) {
+		t.Errorf("alice = %v", got)
+	}
+	if n := count(t, s, `SELECT count(*) FROM actors WHERE did IN ('did:plc:bob', 'did:plc:erin')`); n != 0 {
+		t.Errorf("out-of-scope accounts were interned: %d", n)
+	}
+}
+
+func TestFirstReadClaimIsExclusiveAndTakenOverAfterTheLease(t *testing.T) {
+	s := openViewerMode(t)
+	ctx := context.Background()
+	now := time.Unix(1_000, 0)
+	s.RegisterViewer(ctx, did("alice"), "following", now)
+	if ok, err := s.ClaimFirstRead(ctx, did("alice"), "following", "a", now, time.Minute); !ok || err != nil {
+		t.Fatalf("first claim: %v %v", ok, err)
+	}
+	if ok, _ := s.ClaimFirstRead(ctx, did("alice"), "following", "b", now.Add(30*time.Second), time.Minute); ok {
+		t.Fatal("second owner claimed a live lease")
+	}
+	if ok, _ := s.ClaimFirstRead(ctx, did("alice"), "following", "b", now.Add(2*time.Minute), time.Minute); !ok {
+		t.Fatal("expired lease was not taken over")
+	}
+	if _, err := s.CompleteFirstRead(ctx, did("alice"), "following", "a", now); err != ErrClaimLost {
+		t.Fatalf("the old owner completed a run it lost: %v", err)
+	}
+	if _, err := s.CompleteFirstRead(ctx, did("alice"), "following", "b", now); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.RegisterViewer(ctx, did("alice"), "following", now)
+	if !st.Complete {
+		t.Fatalf("status %+v, want complete", st)
+	}
+}
+
+func TestCompleteFirstReadBuildsTheFeedToItsCap(t *testing.T) {
+	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100, Targets: []Target{{Collection: postNSID, Cap: 3}}}}
+	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: feeds})
+	ctx := context.Background()
+	now := time.Unix(1_000, 0)
+	s.RegisterViewer(ctx, did("alice"), "following", now)
+	s.ClaimFirstRead(ctx, did("alice"), "following", "me", now, time.Minute)
+	// Listing pages: alice's follows (carol twice, dave), then their posts.
+	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("alice"), Collection: followNSID, Records: []ListedRecord{
+		{RKey: "3aaaaaaaaaaa2", Subject: did("carol"), Value: []byte(`{}`)},
+		{RKey: "3aaaaaaaaaab2", Subject: did("carol"), Value: []byte(`{}`)},
+		{RKey: "3aaaaaaaaaac2", Subject: did("dave"), Value: []byte(`{}`)},
+	}, To: Listing{Round: 1, Page: 1, Complete: true}}, now); err != nil {
+		t.Fatal(err)
+	}
+	for i, author := range []string{"carol", "dave", "carol", "dave", "carol"} {
+		if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did(author), Collection: postNSID, Records: []ListedRecord{
+			{RKey: syntax.RecordKey("p" + string(rune('a'+i))), CID: "c", Value: []byte(`{"text":"x"}`), CreatedAtUS: int64(100 + i)},
+		}, To: Listing{Round: 1, Page: i + 1}}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := s.CompleteFirstRead(ctx, did("alice"), "following", "me", now)
+	if err != nil || n != 3 {
+		t.Fatalf("built %d rows (%v), want the cap of 3", n, err)
+	}
+	if got, want := feedRKeys(t, s, "following", "alice", postNSID), []string{"pe", "pd", "pc"}; !slices.Equal(got, want) {
+		t.Errorf("feed = %v, want %v", got, want)
+	}
+}
+
+func TestListingNeverOverwritesWhatJetstreamDelivered(t *testing.T) {
+	s := openViewerMode(t)
+	ctx := context.Background()
+	now := time.Unix(1_000, 0)
+	s.RegisterViewer(ctx, did("alice"), "following", now)
+	apply(t, s, follow("alice", "carol", "f1", 1), post("carol", "live", 5), unpost("carol", "gone", 6))
+	res, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("carol"), Collection: postNSID, Records: []ListedRecord{
+		{RKey: "live", CID: "stale", Value: []byte(`{"text":"stale"}`)},
+		{RKey: "gone", CID: "stale", Value: []byte(`{"text":"deleted on jetstream"}`)},
+		{RKey: "old", CID: "c", Value: []byte(`{"text":"only on the pds"}`)},
+	}, To: Listing{Round: 1, Page: 1}}, now)
+	if err != nil || res.Written != 1 || res.Existing != 2 {
+		t.Fatalf("result %+v (%v), want only the unknown record written", res, err)
+	}
+	// A stale run behind the stored position keeps the stored cursor.
+	res, err = s.ApplyListingPage(ctx, &ListingPage{Account: did("carol"), Collection: postNSID, To: Listing{Round: 0, Page: 9}}, now)
+	if err != nil || !res.Stale {
+		t.Fatalf("older round accepted: %+v %v", res, err)
+	}
+	l, _ := s.ReadListing(ctx, did("carol"), postNSID)
+	if l.Round != 1 || l.Page != 1 {
+		t.Errorf("listing = %+v", l)
+	}
+}
+
+func TestRetiredViewerStartsOver(t *testing.T) {
+	s := openViewerMode(t)
+	ctx := context.Background()
+	s.RegisterViewer(ctx, did("alice"), "following", time.Unix(1_000, 0))
+	s.RegisterViewer(ctx, did("bob"), "following", time.Unix(90_000, 0))
+	apply(t, s, follow("alice", "carol", "f1", 1), follow("bob", "dave", "f2", 2), post("carol", "p1", 3), post("dave", "p2", 4))
+	n, err := s.RetireViewers(ctx, time.Unix(100_000, 0), 20*time.Hour, 10)
+	if err != nil || n != 1 {
+		t.Fatalf("retired %d (%v), want alice only", n, err)
+	}
+	if got := feedRKeys(t, s, "following", "alice", postNSID); len(got) != 0 {
+		t.Errorf("retired viewer still has %v", got)
+	}
+	if got := feedRKeys(t, s, "following", "bob", postNSID); !slices.Equal(got, []string{"p2"}) {
+		t.Errorf("bob = %v", got)
+	}
+	if n := count(t, s, `SELECT count(*) FROM follows`); n != 1 {
+		t.Errorf("%d follows left, want bob's only", n)
+	}
+	// Carol left the scope: her next post is skipped.
+	if res := apply(t, s, post("carol", "p3", 5)); res.OutOfScope != 1 {
+		t.Errorf("post by an account nobody follows: %+v", res)
+	}
+	st, _ := s.RegisterViewer(ctx, did("alice"), "following", time.Unix(100_000, 0))
+	if st.Complete {
+		t.Error("a returning viewer is complete; its next read must be a first read")
+	}
+}
