@@ -1,0 +1,136 @@
+package backfill
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// First reads are the expensive thing an outsider can trigger: each one
+// reaches out to PDSes. Admission bounds them with a token bucket per
+// client for new viewers and a global cap on running and queued runs.
+// Reads by viewers whose first read is done never pass through here.
+
+// ErrRateLimited is returned when a client asks for too many new viewers;
+// ErrOverloaded when too many first reads run or wait already.
+var (
+	ErrRateLimited = errors.New("too many new viewers from this client")
+	ErrOverloaded  = errors.New("too many first reads in progress")
+)
+
+// RejectedError carries the wait a client should honour (Retry-After).
+type RejectedError struct {
+	Err        error
+	RetryAfter time.Duration
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("%v: retry after %s", e.Err, e.RetryAfter)
+}
+
+func (e *RejectedError) Unwrap() error { return e.Err }
+
+// AdmissionConfig bounds first reads. Zero values take the defaults noted.
+type AdmissionConfig struct {
+	// PerClientRate new viewers per second per client, with PerClientBurst
+	// (defaults 0.5/s, burst 10).
+	PerClientRate  float64
+	PerClientBurst int
+	// MaxRunning first reads run at once; MaxQueued more may wait (defaults
+	// 8 and 64).
+	MaxRunning, MaxQueued int
+	// MaxClients bounds the per-client buckets kept (default 10,000); past
+	// it the oldest half is forgotten.
+	MaxClients int
+}
+
+func (c *AdmissionConfig) setDefaults() {
+	if c.PerClientRate <= 0 {
+		c.PerClientRate = 0.5
+	}
+	if c.PerClientBurst <= 0 {
+		c.PerClientBurst = 10
+	}
+	if c.MaxRunning <= 0 {
+		c.MaxRunning = 8
+	}
+	if c.MaxQueued <= 0 {
+		c.MaxQueued = 64
+	}
+	if c.MaxClients <= 0 {
+		c.MaxClients = 10_000
+	}
+}
+
+type admission struct {
+	cfg     AdmissionConfig
+	running chan struct{} // semaphore of MaxRunning
+	mu      sync.Mutex
+	waiting int
+	buckets map[string]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+func newAdmission(cfg AdmissionConfig) *admission {
+	cfg.setDefaults()
+	return &admission{cfg: cfg, running: make(chan struct{}, cfg.MaxRunning), buckets: map[string]*bucket{}}
+}
+
+// allowClient takes a token from the client's bucket.
+func (a *admission) allowClient(client string, now time.Time) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := a.buckets[client]
+	if b == nil {
+		if len(a.buckets) >= a.cfg.MaxClients {
+			a.forgetOldest(now)
+		}
+		b = &bucket{tokens: float64(a.cfg.PerClientBurst), last: now}
+		a.buckets[client] = b
+	}
+	b.tokens = min(float64(a.cfg.PerClientBurst), b.tokens+now.Sub(b.last).Seconds()*a.cfg.PerClientRate)
+	b.last = now
+	if b.tokens < 1 {
+		wait := time.Duration((1 - b.tokens) / a.cfg.PerClientRate * float64(time.Second))
+		return &RejectedError{Err: ErrRateLimited, RetryAfter: max(wait, time.Second)}
+	}
+	b.tokens--
+	return nil
+}
+
+// forgetOldest drops buckets idle long enough to be full again, or failing
+// that, every bucket: memory stays bounded whatever clients do.
+func (a *admission) forgetOldest(now time.Time) {
+	full := time.Duration(float64(a.cfg.PerClientBurst) / a.cfg.PerClientRate * float64(time.Second))
+	for k, b := range a.buckets {
+		if now.Sub(b.last) > full {
+			delete(a.buckets, k)
+		}
+	}
+	if len(a.buckets) >= a.cfg.MaxClients {
+		clear(a.buckets)
+	}
+}
+
+// enqueue reserves a place for a new run; the run then waits for a
+// running slot with acquire and gives both back with release.
+func (a *admission) enqueue() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.waiting >= a.cfg.MaxRunning+a.cfg.MaxQueued {
+		return &RejectedError{Err: ErrOverloaded, RetryAfter: 5 * time.Second}
+	}
+	a.waiting++
+	return nil
+}
+
+func (a *admission) dequeue() {
+	a.mu.Lock()
+	a.waiting--
+	a.mu.Unlock()
+}

@@ -1,0 +1,259 @@
+package backfill
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/directory"
+	"github.com/atfeeds/appview/directory/plctest"
+	"github.com/atfeeds/appview/egress"
+	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/pds"
+	"github.com/atfeeds/appview/pds/pdstest"
+)
+
+const (
+	followNSID = syntax.NSID("app.bsky.graph.follow")
+	postNSID   = syntax.NSID("app.bsky.feed.post")
+)
+
+// world is a fake network: a PLC directory and one PDS on loopback.
+type world struct {
+	plc   *plctest.Server
+	pds   *pdstest.Server
+	store *feeds.Store
+	svc   *Service
+	clock time.Time
+	// gate, when set, sees every PDS and PLC request before it is sent.
+	gate atomic.Value // func(*http.Request)
+}
+
+type gatedTransport struct {
+	w    *world
+	next http.RoundTripper
+}
+
+func (g gatedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if f, ok := g.w.gate.Load().(func(*http.Request)); ok {
+		f(r)
+	}
+	return g.next.RoundTrip(r)
+}
+
+func did(name string) syntax.DID { return syntax.DID("did:plc:" + name) }
+
+// tid makes a record key whose embedded time is n seconds after 2026-01-01.
+func tid(n int) syntax.RecordKey {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	return syntax.RecordKey(syntax.NewTIDFromTime(base.Add(time.Duration(n)*time.Second), 0))
+}
+
+func newWorld(t *testing.T, cfg Config) *world {
+	t.Helper()
+	w := &world{plc: plctest.NewServer(), pds: pdstest.NewServer(), clock: time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)}
+	t.Cleanup(w.plc.Close)
+	t.Cleanup(w.pds.Close)
+	st, err := feeds.Open(context.Background(), feeds.Options{
+		Path: t.TempDir() + "/appview.db",
+		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	w.store = st
+	httpc := egress.NewClient(egress.Options{AllowPrivateNetworks: true, Timeout: 5 * time.Second})
+	httpc.Transport = gatedTransport{w: w, next: httpc.Transport}
+	dir := directory.New(directory.Config{PLCURL: w.plc.URL(), HTTPClient: httpc, AllowPrivateNetworks: true, SkipHandleVerification: true})
+	var mu sync.Mutex
+	cfg.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return w.clock }
+	if cfg.FirstReadWait == 0 {
+		cfg.FirstReadWait = 20 * time.Second
+	}
+	w.svc = New(cfg, st, dir, pds.NewClient(httpc, pds.Options{Timeout: 2 * time.Second}),
+		[]Feed{{Name: "following", FollowCollection: followNSID, Targets: []syntax.NSID{postNSID}}}, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.svc.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return w
+}
+
+// account creates a repo on the fake PDS.
+func (w *world) account(name string) syntax.DID {
+	d := did(name)
+	w.plc.Add(d, syntax.Handle(name+".test"), w.pds.URL())
+	w.pds.AddRepo(d)
+	return d
+}
+
+func (w *world) follow(who, whom syntax.DID, n int) syntax.RecordKey {
+	rk := tid(n)
+	w.pds.AddRecord(who, followNSID, rk, fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q,"createdAt":"2026-01-01T00:00:00Z"}`, whom))
+	return rk
+}
+
+func (w *world) post(author syntax.DID, n int) syntax.RecordKey {
+	rk := tid(n)
+	created := time.Date(2026, 1, 1, 0, 0, n, 0, time.UTC).Format(time.RFC3339)
+	w.pds.AddRecord(author, postNSID, rk, fmt.Sprintf(`{"$type":"app.bsky.feed.post","text":"post %d","createdAt":%q}`, n, created))
+	return rk
+}
+
+func (w *world) page(t *testing.T, viewer syntax.DID, limit int) []string {
+	t.Helper()
+	p, err := w.store.ReadFeed(context.Background(), feeds.PageQuery{Feed: "following", Viewer: viewer, Collection: postNSID, Limit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, it := range p.Items {
+		out = append(out, it.DID+"/"+it.RKey)
+	}
+	return out
+}
+
+func TestFirstReadFillsTheFirstPage(t *testing.T) {
+	w := newWorld(t, Config{Depth: 5})
+	viewer := w.account("viewer")
+	n := 0
+	var newest []string
+	for i := range 500 {
+		acct := w.account(fmt.Sprint("acct", i))
+		w.follow(viewer, acct, i)
+		for range 3 {
+			n++
+			rk := w.post(acct, 1000+n)
+			newest = append(newest, string(acct)+"/"+string(rk))
+		}
+	}
+	if err := w.svc.Ensure(context.Background(), viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	got := w.page(t, viewer, 50)
+	if len(got) != 50 {
+		t.Fatalf("first page has %d items, want 50", len(got))
+	}
+	for i := range 50 {
+		if want := newest[len(newest)-1-i]; got[i] != want {
+			t.Fatalf("item %d = %s, want %s", i, got[i], want)
+		}
+	}
+	st, err := w.store.ReadListing(context.Background(), viewer, followNSID)
+	if err != nil || !st.Complete || st.Page != 6 {
+		t.Fatalf("follow listing = %+v, %v; want complete after 5 full pages and an empty one", st, err)
+	}
+	// A second read does not go back to the PDS.
+	before := w.pds.TotalRequests()
+	if err := w.svc.Ensure(context.Background(), viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if after := w.pds.TotalRequests(); after != before {
+		t.Errorf("second read made %d PDS requests", after-before)
+	}
+}
+
+func TestConcurrentFirstReadsRunOneBackfill(t *testing.T) {
+	w := newWorld(t, Config{})
+	viewer := w.account("viewer")
+	for i := range 20 {
+		acct := w.account(fmt.Sprint("acct", i))
+		w.follow(viewer, acct, i)
+		w.post(acct, 100+i)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.svc.Ensure(context.Background(), viewer, "following", "test"); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := w.pds.Requests(viewer, followNSID); got != 1 {
+		t.Errorf("follow listing requested %d times, want 1", got)
+	}
+	for i := range 20 {
+		if got := w.pds.Requests(did(fmt.Sprint("acct", i)), postNSID); got != 1 {
+			t.Errorf("acct%d posts requested %d times, want 1", i, got)
+		}
+	}
+	if got := len(w.page(t, viewer, 100)); got != 20 {
+		t.Errorf("feed has %d items, want 20", got)
+	}
+}
+
+func TestAccountsAreFetchedOnceAcrossViewers(t *testing.T) {
+	w := newWorld(t, Config{})
+	shared := w.account("shared")
+	w.post(shared, 1)
+	for _, v := range []string{"v1", "v2"} {
+		viewer := w.account(v)
+		w.follow(viewer, shared, 1)
+		if err := w.svc.Ensure(context.Background(), viewer, "following", "test"); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(w.page(t, viewer, 10)); got != 1 {
+			t.Errorf("%s feed has %d items", v, got)
+		}
+	}
+	if got := w.pds.Requests(shared, postNSID); got != 1 {
+		t.Errorf("shared account fetched %d times, want once", got)
+	}
+}
+
+func TestFailingFolloweeDoesNotFailTheFirstRead(t *testing.T) {
+	w := newWorld(t, Config{})
+	viewer := w.account("viewer")
+	good, bad := w.account("good"), w.account("bad")
+	w.follow(viewer, good, 1)
+	w.follow(viewer, bad, 2)
+	w.post(good, 10)
+	w.post(bad, 11)
+	w.pds.Fail(bad, postNSID, pdstest.FaultStatus500)
+	if err := w.svc.Ensure(context.Background(), viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.page(t, viewer, 10); len(got) != 1 || got[0] != string(good)+"/"+string(tid(10)) {
+		t.Errorf("feed = %v, want the good account's post", got)
+	}
+	st, _ := w.store.ReadListing(context.Background(), bad, postNSID)
+	if st.Complete || st.Attempts != 1 || st.LastError == "" || !st.NextRetry.After(w.clock) {
+		t.Errorf("bad account listing = %+v, want a recorded failure with a retry time", st)
+	}
+}
+
+func TestViewerPDSDownRecordsFailureAndRetries(t *testing.T) {
+	w := newWorld(t, Config{RetryBase: time.Minute})
+	viewer := w.account("viewer")
+	acct := w.account("acct")
+	w.follow(viewer, acct, 1)
+	w.post(acct, 2)
+	w.pds.Fail(viewer, followNSID, pdstest.FaultStatus500)
+	w.svc.Ensure(context.Background(), viewer, "following", "test")
+	if got := w.page(t, viewer, 10); len(got) != 0 {
+		t.Fatalf("feed after a failed first read = %v", got)
+	}
+	// Not due yet: no new attempt.
+	before := w.pds.Requests(viewer, followNSID)
+	w.svc.Ensure(context.Background(), viewer, "following", "test")
+	if w.pds.Requests(viewer, followNSID) != before {
+		t.Fatal("retried before the scheduled time")
+	}
+	w.pds.Fail(viewer, followNSID, pdstest.FaultNone)
+	w.clock = w.clock.Add(2 * time.Minute)
+	w.svc.Ensure(context.Background(), viewer, "following", "test")
+	if got := w.page(t, viewer, 10); len(got) != 1 {
+		t.Fatalf("feed after the retry = %v, want 1 item", got)
+	}
+}

@@ -1,0 +1,147 @@
+package backfill
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/pds/pdstest"
+)
+
+// TestPDSFaultsEndInARecordedState: every misbehaviour ends the account's
+// listing with a recorded error and a retry time, the first read still
+// completes with what could be fetched, and nothing hangs.
+func TestPDSFaultsEndInARecordedState(t *testing.T) {
+	faults := map[string]pdstest.Fault{
+		"500":           pdstest.FaultStatus500,
+		"429":           pdstest.FaultRateLimited,
+		"hang":          pdstest.FaultHang,
+		"truncated":     pdstest.FaultTruncated,
+		"huge body":     pdstest.FaultHugeBody,
+		"deactivated":   pdstest.FaultRepoDeactivated,
+		"wrong type":    pdstest.FaultWrongContentType,
+		"not json":      pdstest.FaultBadJSON,
+		"repeat cursor": pdstest.FaultRepeatCursor,
+	}
+	for name, fault := range faults {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t, Config{})
+			viewer := w.account("viewer")
+			bad := w.account("bad")
+			w.follow(viewer, bad, 1)
+			for i := range 3 {
+				w.post(bad, 10+i)
+			}
+			w.pds.Fail(bad, postNSID, fault)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				w.svc.Ensure(context.Background(), viewer, "following", "test")
+			}()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Fatal("first read hung")
+			}
+			st, err := w.store.ReadListing(context.Background(), bad, postNSID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fault == pdstest.FaultRepeatCursor {
+				// A cursor that does not advance ends the listing after one
+				// page, never a loop.
+				if !st.Complete || w.pds.Requests(bad, postNSID) > 2 {
+					t.Fatalf("listing = %+v after %d requests", st, w.pds.Requests(bad, postNSID))
+				}
+				return
+			}
+			if st.Complete || st.LastError == "" || st.Attempts != 1 || !st.NextRetry.After(w.clock) {
+				t.Fatalf("listing = %+v, want a recorded failure", st)
+			}
+			if fault == pdstest.FaultRepoDeactivated && !st.Gone {
+				t.Errorf("deactivated repo not marked gone: %+v", st)
+			}
+			if n := len(w.page(t, viewer, 10)); n != 0 {
+				t.Errorf("feed holds %d items from a failing PDS", n)
+			}
+		})
+	}
+}
+
+// TestInterruptedListingResumesFromItsPageCursor cancels a backfill while
+// the viewer's follow listing is half done (the third page is in flight),
+// then runs it again: the pages already committed are not fetched again.
+func TestInterruptedListingResumesFromItsPageCursor(t *testing.T) {
+	w := newWorld(t, Config{})
+	viewer := w.account("viewer")
+	for i := range 350 {
+		w.follow(viewer, did(fmt.Sprint("acct", i)), i)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var followPages atomic.Int32
+	w.gate.Store(func(r *http.Request) {
+		if r.URL.Query().Get("repo") == string(viewer) && followPages.Add(1) == 3 {
+			cancel() // the daemon dies while page 3 is in flight
+			<-r.Context().Done()
+		}
+	})
+	if err := w.svc.ensureListing(ctx, viewer, followNSID, 10_000, "follows"); err == nil {
+		t.Fatal("cancelled listing reported success")
+	}
+	st, _ := w.store.ReadListing(context.Background(), viewer, followNSID)
+	if st.Page != 2 || st.Complete || st.Cursor == "" {
+		t.Fatalf("after interruption listing = %+v, want 2 committed pages with their cursor", st)
+	}
+	stored, _ := w.store.Followees(context.Background(), viewer, followNSID)
+	if len(stored) != 200 {
+		t.Fatalf("%d follows stored, want the 200 of the committed pages", len(stored))
+	}
+	before := w.pds.Requests(viewer, followNSID)
+	if err := w.svc.ensureListing(context.Background(), viewer, followNSID, 10_000, "follows"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = w.store.ReadListing(context.Background(), viewer, followNSID)
+	if !st.Complete || st.Page != 4 {
+		t.Fatalf("resumed listing = %+v, want complete at page 4", st)
+	}
+	if got := w.pds.Requests(viewer, followNSID) - before; got != 2 {
+		t.Errorf("resume fetched %d pages, want the 2 not yet committed", got)
+	}
+	stored, _ = w.store.Followees(context.Background(), viewer, followNSID)
+	if len(stored) != 350 {
+		t.Errorf("%d follows stored, want 350", len(stored))
+	}
+}
+
+// TestDeletedFollowStaysDeleted: a follow deleted on the live stream while
+// the viewer's follows are being listed never comes back from the stale
+// listing page.
+func TestDeletedFollowStaysDeleted(t *testing.T) {
+	w := newWorld(t, Config{})
+	viewer := w.account("viewer")
+	gone, kept := w.account("gone"), w.account("kept")
+	rkGone := w.follow(viewer, gone, 1)
+	w.follow(viewer, kept, 2)
+	// Jetstream delivers the delete (the viewer is registered, so it is in
+	// scope) before the listing page, fetched earlier, is written.
+	if _, err := w.store.RegisterViewer(context.Background(), viewer, "following", w.clock); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.store.ApplyBatch(context.Background(), &feeds.Batch{Changes: []feeds.Change{{
+		DID: viewer, Collection: followNSID, RKey: rkGone, Op: feeds.OpDelete,
+		Rev: string(tid(100)), TimeUS: w.clock.UnixMicro(),
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.svc.Ensure(context.Background(), viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	followees, _ := w.store.Followees(context.Background(), viewer, followNSID)
+	if len(followees) != 1 || followees[0] != kept {
+		t.Fatalf("followees = %v, want only %s", followees, kept)
+	}
+}

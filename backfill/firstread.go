@@ -1,0 +1,213 @@
+package backfill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/atfeeds/appview/feeds"
+)
+
+// firstRead is one run of a viewer's first read; concurrent requests share
+// it and wait on done.
+type firstRead struct {
+	done chan struct{}
+	err  error
+}
+
+// Ensure makes sure the viewer's feed has had its first read. A complete
+// viewer returns at once (its registration refreshed at most hourly). A
+// new viewer is registered, its first read starts (or is joined, if one
+// is running) in the background, and Ensure waits for it up to
+// FirstReadWait: the caller then serves whatever the feed holds.
+//
+// client identifies the caller (its address) for the per-client limit on
+// new viewers; a rejected first read is a *RejectedError.
+func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client string) error {
+	if _, ok := s.feeds[feed]; !ok {
+		return feeds.ErrUnknownLane
+	}
+	key := viewerKey{viewer, feed}
+	now := s.cfg.Now()
+	s.mu.Lock()
+	touched, complete := s.complete[key]
+	s.mu.Unlock()
+	if complete && now.Sub(touched) < time.Hour {
+		return nil
+	}
+	if !complete {
+		s.mu.Lock()
+		_, running := s.running[key]
+		s.mu.Unlock()
+		if !running && !s.store.KnownViewer(ctx, viewer, feed) {
+			// A new viewer: the expensive path, admitted per client.
+			if err := s.admit.allowClient(client, now); err != nil {
+				s.metrics.rejected("rate_limited")
+				return err
+			}
+		}
+	}
+	st, err := s.store.RegisterViewer(ctx, viewer, feed, now)
+	if err != nil {
+		return fmt.Errorf("register viewer: %w", err)
+	}
+	if st.Complete {
+		s.markComplete(key, now)
+		return nil
+	}
+	if st.Attempts >= s.cfg.MaxAttempts || now.Before(st.NextRetry) {
+		// Failed before and not due again: serve what there is.
+		return nil
+	}
+	run, err := s.start(key)
+	if err != nil {
+		s.metrics.rejected("overloaded")
+		return err
+	}
+	timer := time.NewTimer(s.cfg.FirstReadWait)
+	defer timer.Stop()
+	select {
+	case <-run.done:
+	case <-timer.C:
+		s.metrics.firstReadWaitedOut()
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+func (s *Service) markComplete(key viewerKey, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.complete[key] = now
+}
+
+// start returns the running first read of key, starting one if none runs
+// in this process. Across processes the durable claim decides.
+func (s *Service) start(key viewerKey) (*firstRead, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.running[key]; ok {
+		return r, nil
+	}
+	if err := s.admit.enqueue(); err != nil {
+		return nil, err
+	}
+	r := &firstRead{done: make(chan struct{})}
+	s.running[key] = r
+	go func() {
+		defer s.admit.dequeue()
+		ctx := s.background()
+		select {
+		case s.admit.running <- struct{}{}:
+			r.err = s.runFirstRead(ctx, key)
+			<-s.admit.running
+		case <-ctx.Done():
+			r.err = ctx.Err()
+		}
+		s.mu.Lock()
+		delete(s.running, key)
+		s.mu.Unlock()
+		close(r.done)
+	}()
+	return r, nil
+}
+
+func (s *Service) runFirstRead(ctx context.Context, key viewerKey) error {
+	start := s.cfg.Now()
+	claimed, err := s.store.ClaimFirstRead(ctx, key.viewer, key.feed, s.owner, start, s.cfg.Lease)
+	if err != nil {
+		return err
+	}
+	if !claimed {
+		// Another daemon (or a run we lost track of) holds a live claim.
+		s.metrics.firstRead("claimed_elsewhere", 0)
+		return nil
+	}
+	err = s.backfillViewer(ctx, key)
+	if err == nil {
+		_, err = s.store.CompleteFirstRead(ctx, key.viewer, key.feed, s.owner, s.cfg.Now())
+	}
+	took := s.cfg.Now().Sub(start)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return err
+		}
+		st, _ := s.store.RegisterViewer(ctx, key.viewer, key.feed, s.cfg.Now())
+		next := s.cfg.Now().Add(s.retryAfter(st.Attempts + 1))
+		if ferr := s.store.FailFirstRead(ctx, key.viewer, key.feed, s.owner, err.Error(), next); ferr != nil {
+			s.log.Error("record failed first read", "err", ferr)
+		}
+		s.metrics.firstRead("failed", took)
+		s.log.Info("first read failed", "viewer", key.viewer, "feed", key.feed, "err", err)
+		return err
+	}
+	s.markComplete(key, s.cfg.Now())
+	s.metrics.firstRead("complete", took)
+	return nil
+}
+
+// backfillViewer lists the viewer's follows, then makes sure every
+// followee's recent targets are stored. Only a failure to read the
+// viewer's own follows fails the first read; a followee that cannot be
+// fetched is recorded on its listing and retried on its own schedule.
+func (s *Service) backfillViewer(ctx context.Context, key viewerKey) error {
+	f := s.feeds[key.feed]
+	if err := s.ensureListing(ctx, key.viewer, f.FollowCollection, s.cfg.MaxFollows, "follows"); err != nil {
+		return fmt.Errorf("list follows: %w", err)
+	}
+	followees, err := s.store.Followees(ctx, key.viewer, f.FollowCollection)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.cfg.Concurrency)
+	for _, account := range followees {
+		for _, coll := range f.Targets {
+			g.Go(func() error {
+				if err := s.ensureAccount(gctx, account, coll); errors.Is(err, context.Canceled) {
+					return err
+				}
+				return nil
+			})
+		}
+	}
+	return g.Wait()
+}
+
+// accountRun de-duplicates concurrent fetches of one account's collection.
+type accountRun struct {
+	done chan struct{}
+	err  error
+}
+
+// ensureAccount fetches an account's newest targets of one collection
+// unless they are already stored (its listing is complete), gone, or
+// failed and not yet due again. Concurrent callers share one fetch.
+func (s *Service) ensureAccount(ctx context.Context, account syntax.DID, coll syntax.NSID) error {
+	key := accountKey{account, coll}
+	s.mu.Lock()
+	r, ok := s.accounts[key]
+	if !ok {
+		r = &accountRun{done: make(chan struct{})}
+		s.accounts[key] = r
+	}
+	s.mu.Unlock()
+	if ok {
+		select {
+		case <-r.done:
+			return r.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	r.err = s.ensureListing(ctx, account, coll, s.cfg.Depth, "targets")
+	s.mu.Lock()
+	delete(s.accounts, key)
+	s.mu.Unlock()
+	close(r.done)
+	return r.err
+}

@@ -1,0 +1,62 @@
+package backfill
+
+import (
+	"context"
+	"sync"
+)
+
+// limiter bounds PDS requests in flight, overall and per host, so one slow
+// or huge PDS cannot take every slot.
+type limiter struct {
+	global  chan struct{}
+	perHost int
+
+	mu    sync.Mutex
+	hosts map[string]*hostSlots
+}
+
+type hostSlots struct {
+	slots chan struct{}
+	users int
+}
+
+func newLimiter(global, perHost int) *limiter {
+	return &limiter{global: make(chan struct{}, global), perHost: perHost, hosts: map[string]*hostSlots{}}
+}
+
+// acquire waits for a global and a host slot; release gives both back.
+func (l *limiter) acquire(ctx context.Context, host string) (release func(), err error) {
+	l.mu.Lock()
+	h := l.hosts[host]
+	if h == nil {
+		h = &hostSlots{slots: make(chan struct{}, l.perHost)}
+		l.hosts[host] = h
+	}
+	h.users++
+	l.mu.Unlock()
+	done := func() {
+		l.mu.Lock()
+		if h.users--; h.users == 0 {
+			delete(l.hosts, host)
+		}
+		l.mu.Unlock()
+	}
+	select {
+	case h.slots <- struct{}{}:
+	case <-ctx.Done():
+		done()
+		return nil, ctx.Err()
+	}
+	select {
+	case l.global <- struct{}{}:
+	case <-ctx.Done():
+		<-h.slots
+		done()
+		return nil, ctx.Err()
+	}
+	return func() {
+		<-l.global
+		<-h.slots
+		done()
+	}, nil
+}

@@ -1,0 +1,196 @@
+package backfill
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/pds"
+)
+
+// ensureListing pages through one account's collection on its PDS until
+// the listing ends or maxRecords were fetched, committing every page
+// together with its page cursor, so an interrupted run resumes where it
+// stopped and never stores a cursor past rows it did not write.
+func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll syntax.NSID, maxRecords int, kind string) error {
+	st, err := s.store.ReadListing(ctx, account, coll)
+	if err != nil {
+		return err
+	}
+	now := s.cfg.Now()
+	switch {
+	case st.Complete:
+		return nil
+	case st.Attempts >= s.cfg.MaxAttempts:
+		return fmt.Errorf("gave up after %d attempts: %s", st.Attempts, st.LastError)
+	case now.Before(st.NextRetry):
+		return fmt.Errorf("not due before %s: %s", st.NextRetry.Format(time.RFC3339), st.LastError)
+	}
+	run := feeds.SyncRun{Kind: kind, Subject: account, Collection: coll, Started: now}
+	err = s.list(ctx, account, coll, maxRecords, st, &run)
+	run.Duration = s.cfg.Now().Sub(run.Started)
+	run.Outcome = "ok"
+	if err != nil {
+		run.Outcome, run.Error = "error", err.Error()
+		if pds.KindOf(err) == pds.KindRepoGone {
+			run.Outcome = "gone"
+		}
+	}
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	if rerr := s.store.RecordSyncRun(context.WithoutCancel(ctx), run); rerr != nil {
+		s.log.Warn("record sync run", "err", rerr)
+	}
+	s.metrics.run(kind, run.Outcome, run.Duration)
+	return err
+}
+
+func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID, maxRecords int, st feeds.Listing, run *feeds.SyncRun) error {
+	id, err := s.resolver.LookupDID(ctx, account)
+	if err != nil {
+		return s.fail(ctx, account, coll, st, fmt.Errorf("resolve %s: %w", account, err), false)
+	}
+	host := id.PDS
+	if st.Host != host {
+		// A cursor taken under another PDS means nothing here: new round.
+		st = feeds.Listing{Host: host, Round: st.Round + 1, Attempts: st.Attempts}
+	}
+	restarted := false
+	limit := min(pds.MaxLimit, max(1, maxRecords))
+	for {
+		page, err := s.fetchPage(ctx, host, account, coll, limit, st.Cursor)
+		if err != nil {
+			if pds.KindOf(err) == pds.KindBadCursor && st.Cursor != "" && !restarted {
+				// The PDS no longer honours our cursor: restart the round once.
+				restarted = true
+				st = feeds.Listing{Host: host, Round: st.Round + 1, Attempts: st.Attempts}
+				continue
+			}
+			return s.fail(ctx, account, coll, st, err, pds.KindOf(err) == pds.KindRepoGone)
+		}
+		records := make([]feeds.ListedRecord, 0, len(page.Records))
+		for _, r := range page.Records {
+			lr, ok := s.parseRecord(coll, r)
+			if !ok {
+				run.Skipped++
+				continue
+			}
+			records = append(records, lr)
+		}
+		run.Skipped += page.Skipped
+		next := st
+		next.Page++
+		next.Cursor = page.Cursor
+		next.Fetched += len(page.Records) + page.Skipped
+		// The listing ends with no cursor, a cursor that does not advance,
+		// a short page (saving the empty page a PDS answers last), or
+		// enough records.
+		got := len(page.Records) + page.Skipped
+		done := page.Cursor == "" || page.Cursor == st.Cursor || got < limit ||
+			(maxRecords > 0 && next.Fetched >= maxRecords)
+		if done {
+			next.Complete, next.Attempts, next.LastError, next.NextRetry = true, 0, "", time.Time{}
+		}
+		res, err := s.store.ApplyListingPage(ctx, &feeds.ListingPage{Account: account, Collection: coll, Records: records, To: next}, s.cfg.Now())
+		if err != nil {
+			return err
+		}
+		run.Pages++
+		run.Written += res.Written
+		if res.Stale {
+			// Another run is ahead of us on this listing; it finishes it.
+			return nil
+		}
+		st = next
+		if done {
+			return nil
+		}
+		if maxRecords > 0 {
+			limit = min(pds.MaxLimit, maxRecords-next.Fetched)
+		}
+	}
+}
+
+// fetchPage asks the PDS for one page within the global and per-host
+// request limits.
+func (s *Service) fetchPage(ctx context.Context, host string, account syntax.DID, coll syntax.NSID, limit int, cursor string) (pds.Page, error) {
+	release, err := s.limits.acquire(ctx, host)
+	if err != nil {
+		return pds.Page{}, err
+	}
+	defer release()
+	page, err := s.pds.ListRecords(ctx, host, account, coll, limit, cursor)
+	outcome := "ok"
+	if err != nil {
+		outcome = pds.KindOf(err).String()
+		if outcome == "" || pds.KindOf(err) == 0 {
+			outcome = "error"
+		}
+	}
+	s.metrics.pdsRequest(outcome)
+	return page, err
+}
+
+// fail records a failed attempt on the listing, with its retry time, and
+// returns err.
+func (s *Service) fail(ctx context.Context, account syntax.DID, coll syntax.NSID, st feeds.Listing, err error, gone bool) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	st.Attempts++
+	st.LastError = err.Error()
+	st.Gone = gone
+	wait := s.retryAfter(st.Attempts)
+	var pe *pds.Error
+	if errors.As(err, &pe) && pe.RetryAfter > wait {
+		wait = pe.RetryAfter
+	}
+	st.NextRetry = s.cfg.Now().Add(wait)
+	if ferr := s.store.FailListing(context.WithoutCancel(ctx), account, coll, st, s.cfg.Now()); ferr != nil {
+		s.log.Error("record failed listing", "err", ferr)
+	}
+	return err
+}
+
+// parseRecord reads what the store needs from a listed record: the
+// subject of a follow (a DID, else the record is skipped) and createdAt.
+func (s *Service) parseRecord(coll syntax.NSID, r pds.Record) (feeds.ListedRecord, bool) {
+	var v struct {
+		Subject   json.RawMessage `json:"subject"`
+		CreatedAt string          `json:"createdAt"`
+	}
+	if err := json.Unmarshal(r.Value, &v); err != nil {
+		return feeds.ListedRecord{}, false
+	}
+	lr := feeds.ListedRecord{RKey: r.RKey, CID: r.CID, Value: r.Value}
+	if t, err := syntax.ParseDatetimeLenient(v.CreatedAt); err == nil {
+		lr.CreatedAtUS = t.Time().UnixMicro()
+	}
+	if s.isFollowCollection(coll) {
+		var subject string
+		if json.Unmarshal(v.Subject, &subject) != nil {
+			return feeds.ListedRecord{}, false
+		}
+		did, err := syntax.ParseDID(subject)
+		if err != nil {
+			return feeds.ListedRecord{}, false
+		}
+		lr.Subject = did
+	}
+	return lr, true
+}
+
+func (s *Service) isFollowCollection(coll syntax.NSID) bool {
+	for _, f := range s.feeds {
+		if f.FollowCollection == coll {
+			return true
+		}
+	}
+	return false
+}

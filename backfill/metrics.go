@@ -1,0 +1,117 @@
+package backfill
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics count first reads, backfill runs and PDS requests. A nil
+// *Metrics is a valid no-op.
+type Metrics struct {
+	firstReads    *prometheus.CounterVec
+	firstReadTime prometheus.Histogram
+	waitedOut     prometheus.Counter
+	runs          *prometheus.CounterVec
+	runTime       *prometheus.HistogramVec
+	pdsRequests   *prometheus.CounterVec
+	queue         prometheus.Gauge
+	dropped       prometheus.Counter
+	rejections    *prometheus.CounterVec
+}
+
+// NewMetrics registers the backfill metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	const ns = "appview"
+	m := &Metrics{
+		firstReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "first_read", Name: "runs_total",
+			Help: "First-read runs by outcome: complete, failed, claimed_elsewhere.",
+		}, []string{"outcome"}),
+		firstReadTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: "first_read", Name: "duration_seconds",
+			Help:    "Time from claim to a built (or failed) feed.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
+		}),
+		waitedOut: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "first_read", Name: "waited_out_total",
+			Help: "getFeed requests that stopped waiting for a first read at first_read_wait.",
+		}),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "backfill", Name: "runs_total",
+			Help: "Listing runs by kind (follows, targets) and outcome (ok, error, gone).",
+		}, []string{"kind", "outcome"}),
+		runTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: "backfill", Name: "run_duration_seconds",
+			Help:    "Duration of one listing run.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}, []string{"kind"}),
+		pdsRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "backfill", Name: "pds_requests_total",
+			Help: "PDS listRecords requests by outcome (ok or the failure kind).",
+		}, []string{"outcome"}),
+		queue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "backfill", Name: "queue_depth",
+			Help: "Followee backfills waiting to run.",
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "backfill", Name: "queue_dropped_total",
+			Help: "Followee backfills dropped because the queue was full (fetched at a later first read).",
+		}),
+	}
+	m.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: "first_read", Name: "rejected_total",
+		Help: "First reads refused by admission, by reason: rate_limited (per client), overloaded (global cap).",
+	}, []string{"reason"})
+	reg.MustRegister(m.rejections)
+	reg.MustRegister(m.firstReads, m.firstReadTime, m.waitedOut, m.runs, m.runTime, m.pdsRequests, m.queue, m.dropped)
+	return m
+}
+
+func (m *Metrics) firstRead(outcome string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.firstReads.WithLabelValues(outcome).Inc()
+	if took > 0 {
+		m.firstReadTime.Observe(took.Seconds())
+	}
+}
+
+func (m *Metrics) firstReadWaitedOut() {
+	if m != nil {
+		m.waitedOut.Inc()
+	}
+}
+
+func (m *Metrics) run(kind, outcome string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.runs.WithLabelValues(kind, outcome).Inc()
+	m.runTime.WithLabelValues(kind).Observe(took.Seconds())
+}
+
+func (m *Metrics) pdsRequest(outcome string) {
+	if m != nil {
+		m.pdsRequests.WithLabelValues(outcome).Inc()
+	}
+}
+
+func (m *Metrics) queueDepth(n int) {
+	if m != nil {
+		m.queue.Set(float64(n))
+	}
+}
+
+func (m *Metrics) queueDropped() {
+	if m != nil {
+		m.dropped.Inc()
+	}
+}
+
+func (m *Metrics) rejected(reason string) {
+	if m != nil {
+		m.rejections.WithLabelValues(reason).Inc()
+	}
+}

@@ -1,0 +1,278 @@
+// Package backfill runs the first read: the first time a viewer's feed is
+// read, it fetches the viewer's follow records from their own PDS, makes
+// sure the recent targets of every account they follow are stored (each
+// account fetched once, whoever needed it first), and builds the feed, so
+// that the first page is already full. It also fetches the backlog of
+// accounts a viewer starts following later.
+//
+// Everything here talks to strangers: every request is bounded (package
+// pds), every failure is recorded with a retry schedule, and a failed
+// account never fails the viewer's first read.
+package backfill
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/directory"
+	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/pds"
+)
+
+// Config bounds the backfill. Zero values take the defaults noted.
+type Config struct {
+	// FirstReadWait is how long getFeed waits for a first read before it
+	// answers with what is there (default 3s); the run goes on.
+	FirstReadWait time.Duration
+	// Depth is how many of an account's newest records per target
+	// collection are fetched (default 50).
+	Depth int
+	// MaxFollows bounds the follow records listed for one viewer (default
+	// 10,000).
+	MaxFollows int
+	// Concurrency bounds PDS requests in flight overall (default 16) and
+	// PerHost per PDS host (default 4).
+	Concurrency, PerHost int
+	// MaxAttempts bounds first-read attempts of a viewer and listing
+	// attempts of an account (default 6).
+	MaxAttempts int
+	// Lease is how long a first-read claim holds before another run may
+	// take it over (default 2m).
+	Lease time.Duration
+	// RetryBase and RetryMax shape the retry schedule (default 1m, 48h).
+	RetryBase, RetryMax time.Duration
+	// QueueSize bounds the followee backfills waiting to run (default 10,000).
+	QueueSize int
+	// ViewerTTL retires viewers who have not read for this long (default
+	// 30 days); their next read is a first read again.
+	ViewerTTL time.Duration
+	// Admission bounds first reads an outsider can trigger.
+	Admission AdmissionConfig
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur(&c.FirstReadWait, 3*time.Second)
+	def(&c.Depth, 50)
+	def(&c.MaxFollows, 10_000)
+	def(&c.Concurrency, 16)
+	def(&c.PerHost, 4)
+	def(&c.MaxAttempts, 6)
+	defDur(&c.Lease, 2*time.Minute)
+	defDur(&c.RetryBase, time.Minute)
+	defDur(&c.RetryMax, 48*time.Hour)
+	def(&c.QueueSize, 10_000)
+	defDur(&c.ViewerTTL, 30*24*time.Hour)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Feed is what the backfill needs to know of a configured feed.
+type Feed struct {
+	Name             string
+	FollowCollection syntax.NSID
+	Targets          []syntax.NSID
+}
+
+// Resolver finds an account's PDS.
+type Resolver interface {
+	LookupDID(ctx context.Context, did syntax.DID) (*directory.Identity, error)
+}
+
+// Service runs first reads and followee backfills.
+type Service struct {
+	cfg      Config
+	store    *feeds.Store
+	resolver Resolver
+	pds      *pds.Client
+	feeds    map[string]Feed
+	log      *slog.Logger
+	metrics  *Metrics
+	// owner names this process in first-read claims.
+	owner  string
+	limits *limiter
+	admit  *admission
+
+	mu       sync.Mutex
+	complete map[viewerKey]time.Time // complete viewers → when registration was last refreshed
+	running  map[viewerKey]*firstRead
+	accounts map[accountKey]*accountRun
+
+	queue chan feeds.FollowEdge
+	// bg is the daemon's lifetime: background runs outlive the request
+	// that started them.
+	bg context.Context
+}
+
+type viewerKey struct {
+	viewer syntax.DID
+	feed   string
+}
+
+type accountKey struct {
+	account    syntax.DID
+	collection syntax.NSID
+}
+
+// New builds a Service; call Run to start its background workers.
+func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, fs []Feed, log *slog.Logger, m *Metrics) *Service {
+	cfg.setDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	s := &Service{
+		cfg: cfg, store: store, resolver: resolver, pds: client,
+		feeds:    map[string]Feed{},
+		log:      log.With("component", "backfill"),
+		metrics:  m,
+		owner:    hex.EncodeToString(b[:]),
+		limits:   newLimiter(cfg.Concurrency, cfg.PerHost),
+		admit:    newAdmission(cfg.Admission),
+		complete: map[viewerKey]time.Time{},
+		running:  map[viewerKey]*firstRead{},
+		accounts: map[accountKey]*accountRun{},
+		queue:    make(chan feeds.FollowEdge, cfg.QueueSize),
+		bg:       context.Background(),
+	}
+	for _, f := range fs {
+		s.feeds[f.Name] = f
+	}
+	return s
+}
+
+// Run serves the followee backfill queue until ctx ends. First reads
+// started by requests also stop when ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	s.mu.Lock()
+	s.bg = ctx
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.retireLoop(ctx)
+	}()
+	for range max(1, s.cfg.Concurrency/4) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case e := <-s.queue:
+					s.metrics.queueDepth(len(s.queue))
+					s.followeeBackfill(ctx, e)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// retireLoop retires stale viewers in bounded slices, once a minute.
+func (s *Service) retireLoop(ctx context.Context) {
+	const slice = 100
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for {
+			n, err := s.store.RetireViewers(ctx, s.cfg.Now(), s.cfg.ViewerTTL, slice)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Error("retire viewers", "err", err)
+				}
+				break
+			}
+			if n > 0 {
+				s.log.Info("retired stale viewers", "count", n)
+				s.forgetComplete()
+			}
+			if n < slice {
+				break
+			}
+		}
+	}
+}
+
+// forgetComplete drops the in-memory record of complete viewers, so the
+// next read of a retired one asks the database again.
+func (s *Service) forgetComplete() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.complete)
+}
+
+func (s *Service) background() context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bg
+}
+
+// FollowsCreated queues the backlog fetch of accounts viewers started
+// following on the live stream. A full queue drops the edge and counts
+// it: the account's listing stays incomplete, so the next first read that
+// needs it fetches it.
+func (s *Service) FollowsCreated(edges []feeds.FollowEdge) {
+	for _, e := range edges {
+		select {
+		case s.queue <- e:
+		default:
+			s.metrics.queueDropped()
+		}
+	}
+	s.metrics.queueDepth(len(s.queue))
+}
+
+// followeeBackfill fetches a newly followed account's backlog, then merges
+// it into the follower's feeds.
+func (s *Service) followeeBackfill(ctx context.Context, e feeds.FollowEdge) {
+	for _, f := range s.feeds {
+		if f.FollowCollection != e.Collection {
+			continue
+		}
+		for _, coll := range f.Targets {
+			_ = s.ensureAccount(ctx, e.Subject, coll) // recorded in its listing
+		}
+	}
+	if _, err := s.store.MergeFollowee(ctx, e.Viewer, e.Subject, e.Collection); err != nil && !errors.Is(err, context.Canceled) {
+		s.log.Warn("merge backfilled followee", "err", err)
+	}
+}
+
+// retryAfter is the wait before attempt n+1: exponential from RetryBase,
+// capped at RetryMax.
+func (s *Service) retryAfter(attempts int) time.Duration {
+	d := s.cfg.RetryBase
+	for i := 1; i < attempts && d < s.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, s.cfg.RetryMax)
+}
