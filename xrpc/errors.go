@@ -62,7 +62,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 func (s *Server) toXRPC(err error, c echo.Context) *Error {
 	var xe *Error
 	if errors.As(err, &xe) {
-		if xe.Status >= 500 && xe.Status != http.StatusNotImplemented && xe != errInternal {
+		if xe.Status >= 500 && xe.Status != http.StatusNotImplemented && xe.Status != http.StatusServiceUnavailable && xe != errInternal {
 			s.logger.Error("request failed", "path", c.Request().URL.Path, "status", xe.Status, "err", err)
 		}
 		return xe

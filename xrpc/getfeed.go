@@ -2,10 +2,13 @@ package xrpc
 
 import (
 	"encoding/json"
+	"errors"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
 
+	"github.com/atfeeds/appview/backfill"
 	"github.com/atfeeds/appview/feeds"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/labstack/echo/v4"
@@ -21,6 +24,10 @@ type feedParams struct {
 	Scope  cursorScope
 	Limit  int
 	Before *feeds.PageKey
+	// Handle is set when the actor was given as a handle; Scope.Actor is
+	// filled in once it resolves.
+	Handle    syntax.Handle
+	RawCursor string
 }
 
 // parseFeedParams checks getFeed's raw query string. An empty value counts
@@ -53,14 +60,14 @@ func (s *Server) parseFeedParams(rawQuery string) (feedParams, *Error) {
 	if actor == "" {
 		return feedParams{}, invalidRequest("actor is required")
 	}
-	did, err := syntax.ParseDID(actor)
-	if err != nil {
-		if _, herr := syntax.ParseHandle(actor); herr == nil {
-			return feedParams{}, invalidRequest("actor must be a DID: handles are not supported yet")
-		}
-		return feedParams{}, invalidRequest("actor must be a DID")
+	if did, err := syntax.ParseDID(actor); err == nil {
+		p.Scope.Actor = did
+	} else if h, err := syntax.ParseHandle(actor); err == nil {
+		// Resolved in getFeed (a network call), after every cheap check.
+		p.Handle = h.Normalize()
+	} else {
+		return feedParams{}, invalidRequest("actor must be a DID or a handle")
 	}
-	p.Scope.Actor = did
 
 	p.Scope.Collection = spec.Collections[0]
 	if raw := q.Get("collection"); raw != "" {
@@ -90,14 +97,48 @@ func (s *Server) parseFeedParams(rawQuery string) (feedParams, *Error) {
 		p.Limit = n
 	}
 
-	if raw := q.Get("cursor"); raw != "" {
-		key, err := decodeCursor(p.Scope, raw)
-		if err != nil {
-			return feedParams{}, invalidRequest(errInvalidCursor.Error())
+	p.RawCursor = q.Get("cursor")
+	if len(p.RawCursor) > maxCursorLen {
+		return feedParams{}, invalidRequest(errInvalidCursor.Error())
+	}
+	if p.Handle == "" {
+		if err := p.decodeCursor(); err != nil {
+			return feedParams{}, err
 		}
-		p.Before = &key
 	}
 	return p, nil
+}
+
+// decodeCursor checks the cursor against the scope; it runs once the
+// actor is known as a DID, since cursors are bound to it.
+func (p *feedParams) decodeCursor() *Error {
+	if p.RawCursor == "" {
+		return nil
+	}
+	key, err := decodeCursor(p.Scope, p.RawCursor)
+	if err != nil {
+		return invalidRequest(errInvalidCursor.Error())
+	}
+	p.Before = &key
+	return nil
+}
+
+// resolveActor turns a handle actor into its DID; an actor that cannot be
+// resolved is ActorNotFound.
+func (s *Server) resolveActor(c echo.Context, p *feedParams) *Error {
+	if p.Handle == "" {
+		return nil
+	}
+	if s.actors == nil {
+		return invalidRequest("actor must be a DID: this server does not resolve handles")
+	}
+	did, err := s.actors.ResolveHandle(c.Request().Context(), p.Handle)
+	if err != nil {
+		s.logger.Debug("resolve actor", "err", err)
+		return &Error{Status: http.StatusBadRequest, Name: "ActorNotFound", Message: "could not resolve actor " + string(p.Handle)}
+	}
+	p.Scope.Actor = did
+	return p.decodeCursor()
 }
 
 // feedRecord is one record of a getFeed response; the field order is the
@@ -122,6 +163,16 @@ func (s *Server) getFeed(c echo.Context) error {
 	p, xe := s.parseFeedParams(c.Request().URL.RawQuery)
 	if xe != nil {
 		return xe
+	}
+	if xe := s.resolveActor(c, &p); xe != nil {
+		return xe
+	}
+	if s.viewers != nil {
+		// The first read of a viewer backfills its feed, waiting a bounded
+		// time; later reads return at once.
+		if err := s.viewers.Ensure(c.Request().Context(), p.Scope.Actor, p.Scope.Feed, c.RealIP()); err != nil {
+			return s.firstReadError(c, err)
+		}
 	}
 	page, err := s.reader.ReadFeed(c.Request().Context(), feeds.PageQuery{
 		Feed:       p.Scope.Feed,
@@ -157,4 +208,20 @@ func (s *Server) getFeed(c echo.Context) error {
 		resp.Cursor = encodeCursor(p.Scope, *page.Next)
 	}
 	return writeJSON(c, http.StatusOK, resp)
+}
+
+// firstReadError answers a first read refused for load with 429 (this
+// client asks for too many new viewers) or 503 (the daemon is saturated),
+// both with Retry-After; anything else is our own failure.
+func (s *Server) firstReadError(c echo.Context, err error) error {
+	var rej *backfill.RejectedError
+	if !errors.As(err, &rej) {
+		s.logger.Error("first read", "err", err)
+		return errInternal
+	}
+	c.Response().Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(rej.RetryAfter.Seconds()))))
+	if errors.Is(err, backfill.ErrRateLimited) {
+		return &Error{Status: http.StatusTooManyRequests, Name: "RateLimitExceeded", Message: "too many new viewers from this client; retry later"}
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: "too many first reads in progress; retry later"}
 }

@@ -25,6 +25,20 @@ type FeedReader interface {
 	ReadFeed(ctx context.Context, q feeds.PageQuery) (feeds.Page, error)
 }
 
+// ActorResolver turns a handle into a DID, verified both ways.
+type ActorResolver interface {
+	ResolveHandle(ctx context.Context, h syntax.Handle) (syntax.DID, error)
+}
+
+// ViewerGate runs a viewer's first read (registration and backfill)
+// before its feed is read; it returns at once for known viewers.
+// client names the caller (its address) for per-client limits; a first
+// read refused for load is a *backfill.RejectedError, answered with 429 or
+// 503 and Retry-After.
+type ViewerGate interface {
+	Ensure(ctx context.Context, viewer syntax.DID, feed, client string) error
+}
+
 // FeedSpec is one feed the server answers for.
 type FeedSpec struct {
 	// Name is the value of the feed query parameter.
@@ -41,6 +55,10 @@ type Config struct {
 	Namespace string
 	Feeds     []FeedSpec
 	Reader    FeedReader
+	// Actors resolves handle actors; nil answers handles with a 400.
+	Actors ActorResolver
+	// Viewers, when set, is called before every feed read.
+	Viewers ViewerGate
 	// Version is reported by /xrpc/_health.
 	Version string
 	// Metrics is mounted at /metrics when non-nil.
@@ -49,6 +67,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, when non-nil, receives the XRPC request metrics.
 	Registerer prometheus.Registerer
+	// Ready reports why the daemon cannot serve yet, or nil; /readyz
+	// answers 503 with the reason or 200. Nil means always ready.
+	Ready func(context.Context) error
 }
 
 // Validate reports the first problem with cfg, naming the field.
@@ -85,6 +106,8 @@ func (cfg Config) Validate() error {
 type Server struct {
 	logger  *slog.Logger
 	reader  FeedReader
+	actors  ActorResolver
+	viewers ViewerGate
 	feeds   map[string]FeedSpec
 	version string
 	metrics *metrics
@@ -117,6 +140,8 @@ func NewServer(cfg Config) *Server {
 	s := &Server{
 		logger:      logger,
 		reader:      cfg.Reader,
+		actors:      cfg.Actors,
+		viewers:     cfg.Viewers,
 		feeds:       make(map[string]FeedSpec, len(cfg.Feeds)),
 		version:     cfg.Version,
 		metrics:     newMetrics(cfg.Registerer),
@@ -130,9 +155,14 @@ func NewServer(cfg Config) *Server {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
+	// The peer address, never X-Forwarded-For: a client must not pick the
+	// key of its own rate limit.
+	e.IPExtractor = echo.ExtractIPDirect()
 	// Metrics outermost so that recovered panics are counted as 500s.
 	e.Use(s.measure, s.recoverPanics)
 	e.Any("/xrpc/*", s.dispatch)
+	e.GET(readyPath, readyHandler(cfg.Ready))
+	e.GET(lexiconRoute, lexiconHandler(cfg.Namespace))
 	if cfg.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
 	}
