@@ -22,6 +22,9 @@ type Config struct {
 	HTTP      HTTPConfig      `yaml:"http"`
 	XRPC      XRPCConfig      `yaml:"xrpc"`
 	Log       LogConfig       `yaml:"log"`
+	Identity  IdentityConfig  `yaml:"identity"`
+	Backfill  BackfillConfig  `yaml:"backfill"`
+	Sweep     SweepConfig     `yaml:"sweep"`
 	// Feeds replaces the default list as a whole when the file names it.
 	// An empty list is valid: the daemon then fans nothing out.
 	Feeds []FeedConfig `yaml:"feeds"`
@@ -124,11 +127,14 @@ func DefaultConfig() Config {
 		Ingest: IngestConfig{
 			BatchSize:     1000,
 			BatchInterval: 100 * time.Millisecond,
-			IndexAll:      true,
+			IndexAll:      false,
 		},
-		HTTP: HTTPConfig{Listen: ":8080"},
-		XRPC: XRPCConfig{Namespace: "com.example.appview"},
-		Log:  LogConfig{Level: "info", Format: "text"},
+		HTTP:     HTTPConfig{Listen: ":8080"},
+		XRPC:     XRPCConfig{Namespace: "com.example.appview"},
+		Log:      LogConfig{Level: "info", Format: "text"},
+		Identity: defaultIdentityConfig(),
+		Backfill: defaultBackfillConfig(),
+		Sweep:    defaultSweepConfig(),
 		Feeds: []FeedConfig{{
 			Name:             "following",
 			FollowCollection: "app.bsky.graph.follow",
@@ -163,6 +169,19 @@ func LoadConfig(path string) (Config, error) {
 // default configuration. Unknown keys, empty (null) values and durations
 // without a unit ("5" instead of "5s") are errors that name the key.
 func ParseConfig(r io.Reader) (Config, error) {
+	cfg, err := decodeConfig(r)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// decodeConfig is ParseConfig without the validation, so that the
+// environment can still be applied before Validate (LoadConfigEnv).
+func decodeConfig(r io.Reader) (Config, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return Config{}, fmt.Errorf("read config: %w", err)
@@ -195,9 +214,6 @@ func ParseConfig(r io.Reader) (Config, error) {
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
 		return Config{}, fmt.Errorf("decode config: %w", err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return Config{}, err
 	}
 	return cfg, nil
 }

@@ -33,6 +33,8 @@ func (c Config) Validate() error {
 	if c.Database.Path == "" {
 		fail("database.path", "must not be empty")
 	}
+	c.validateBackfill(fail)
+	c.validateSweep(fail)
 
 	js := c.Jetstream
 	if len(js.URLs) == 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/atfeeds/appview/backfill"
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/jetstream"
 	"github.com/atfeeds/appview/xrpc"
@@ -37,6 +38,7 @@ type Daemon struct {
 	store    *feeds.Store
 	consumer *jetstream.Client
 	ingest   *ingester
+	backfill *backfill.Service
 	server   *xrpc.Server
 	listener net.Listener
 }
@@ -55,10 +57,17 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 
 	storeFeeds, specs := feedDefinitions(cfg)
 	store, err := feeds.Open(ctx, feeds.Options{
-		Path:    cfg.Database.Path,
-		Feeds:   storeFeeds,
-		Logger:  log,
-		Metrics: feeds.NewMetrics(reg),
+		Path:     cfg.Database.Path,
+		Feeds:    storeFeeds,
+		Logger:   log,
+		Metrics:  feeds.NewMetrics(reg),
+		IndexAll: cfg.Ingest.IndexAll,
+		Sweep: feeds.SweepOptions{
+			Actors:           cfg.Sweep.Actors,
+			RecoveryInterval: cfg.Sweep.RecoveryInterval,
+			Retention:        cfg.Sweep.Retention,
+			TombstoneWindow:  cfg.Sweep.TombstoneWindow,
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -80,15 +89,22 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		UserAgent:         "atfeeds-appview/" + Version,
 	}, jetstream.NewDecoder(jetstream.DecoderConfig{FollowCollections: follows}), log, jetstream.NewMetrics(reg, wanted))
 
-	server := xrpc.NewServer(xrpc.Config{
+	dir, firstReads := buildBackfill(cfg, store, reg, log)
+	xcfg := xrpc.Config{
 		Namespace:  cfg.XRPC.Namespace,
 		Feeds:      specs,
 		Reader:     store,
+		Actors:     handleResolver{dir},
 		Version:    Version,
 		Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		Logger:     log,
 		Registerer: reg,
-	})
+		Ready:      newReadiness(reg, len(wanted) > 0).Check,
+	}
+	if !cfg.Ingest.IndexAll {
+		xcfg.Viewers = firstReads
+	}
+	server := xrpc.NewServer(xcfg)
 
 	listener := opts.Listener
 	if listener == nil {
@@ -103,11 +119,20 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		log:      log.With("component", "daemon"),
 		store:    store,
 		consumer: consumer,
+		backfill: firstReads,
 		ingest: &ingester{
 			store:         store,
 			batchSize:     cfg.Ingest.BatchSize,
 			batchInterval: cfg.Ingest.BatchInterval,
 			log:           log.With("component", "ingest"),
+			afterCommit: func(res feeds.BatchResult) {
+				if len(res.NewFollows) > 0 {
+					firstReads.FollowsCreated(res.NewFollows)
+				}
+			},
+			identityChanged: dir.Purge,
+			sweepIdle:       cfg.Sweep.IdleInterval,
+			now:             time.Now,
 		},
 		server:   server,
 		listener: listener,
@@ -155,6 +180,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error { return named("ingest", d.ingest.Run(gctx, events)) })
+	g.Go(func() error { return named("backfill", d.backfill.Run(gctx)) })
 	g.Go(func() error { return named("http", d.server.Serve(d.listener)) })
 	g.Go(func() error {
 		<-gctx.Done()

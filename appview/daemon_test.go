@@ -35,6 +35,7 @@ func testConfig(t *testing.T, js *jetstreamtest.Server, dbPath string) Config {
 	cfg.Database.Path = dbPath
 	cfg.Jetstream.URLs = []string{js.URL()}
 	cfg.Ingest.BatchInterval = 5 * time.Millisecond
+	cfg.Ingest.IndexAll = true // these tests exercise the core path: every follower is a viewer
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	return cfg
 }
@@ -387,4 +388,19 @@ func TestShutdownCommitsThePendingBatch(t *testing.T) {
 	if got, want := after.feed(t, user("alice")), []string{"p1"}; !slices.Equal(got, want) {
 		t.Errorf("alice = %v, want %v", got, want)
 	}
+}
+
+type response struct {
+	status int
+	body   string
+}
+
+func httpGet(url string) (response, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return response{resp.StatusCode, string(body)}, err
 }

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/jetstream"
 )
@@ -23,6 +25,21 @@ type ingester struct {
 	// afterCommit, when set, is told about every committed batch (the
 	// prune sweep ticks on it).
 	afterCommit func(feeds.BatchResult)
+	// identityChanged, when set, is told about identity events so cached
+	// handles and PDS endpoints are re-resolved.
+	identityChanged func(syntax.DID)
+	// sweepIdle is how often an idle stream still ticks the prune sweep.
+	sweepIdle time.Duration
+	now       func() time.Time
+}
+
+// tick runs one prune-sweep tick; a sweep failure is our own state broken.
+func (in *ingester) tick(ctx context.Context, mutated bool) (feeds.SweepResult, error) {
+	res, err := in.store.SweepTick(ctx, feeds.Tick{Now: in.now(), Mutated: mutated})
+	if err != nil {
+		return res, fmt.Errorf("sweep: %w", err)
+	}
+	return res, nil
 }
 
 // Run consumes events until ctx ends, then commits what it holds and
@@ -33,6 +50,10 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	pending := false // the batch holds something, if only a cursor move
+	// idle ticks the sweep when no batch has committed for a while, so a
+	// due recovery pass or queued grown feeds are served on a quiet stream.
+	idle := time.NewTimer(in.sweepIdle)
+	defer idle.Stop()
 	flush := func(ctx context.Context) error {
 		timer.Stop()
 		if !pending {
@@ -45,7 +66,12 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 		if in.afterCommit != nil {
 			in.afterCommit(res)
 		}
+		if _, err := in.tick(ctx, res.MutatedFeeds()); err != nil {
+			return err
+		}
+		idle.Reset(in.sweepIdle)
 		batch.Changes = batch.Changes[:0]
+		batch.Accounts = batch.Accounts[:0]
 		batch.Cursor = feeds.StreamCursor{}
 		pending = false
 		return nil
@@ -56,6 +82,9 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			pending = true
 		}
 		addEvent(batch, ev)
+		if ev.Kind == jetstream.KindIdentity && in.identityChanged != nil {
+			in.identityChanged(ev.DID)
+		}
 	}
 	for {
 		select {
@@ -82,6 +111,16 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			if err := flush(ctx); err != nil {
 				return err
 			}
+		case <-idle.C:
+			res, err := in.tick(ctx, false)
+			if err != nil {
+				return err
+			}
+			next := in.sweepIdle
+			if res.Pending {
+				next = min(next, 50*time.Millisecond)
+			}
+			idle.Reset(next)
 		}
 	}
 }
@@ -91,6 +130,12 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 func addEvent(b *feeds.Batch, ev *jetstream.Event) {
 	if ev.TimeUS >= b.Cursor.TimeUS {
 		b.Cursor = feeds.StreamCursor{TimeUS: ev.TimeUS, Seq: ev.Seq, Host: ev.Host}
+	}
+	if ev.Kind == jetstream.KindAccount && ev.Account != nil {
+		b.Accounts = append(b.Accounts, feeds.AccountStatus{
+			DID: ev.DID, Active: ev.Account.Active, Status: ev.Account.Status, TimeUS: ev.TimeUS,
+		})
+		return
 	}
 	if ev.Kind != jetstream.KindCommit || ev.Commit == nil {
 		return

@@ -1,7 +1,6 @@
 package appview
 
 import (
-	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,9 +19,9 @@ func newRegistry(version string) *prometheus.Registry {
 	)
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "appview", Name: "build_info",
-		Help: "Always 1; the labels carry the build's version and Go version.",
-	}, []string{"version", "goversion"})
-	info.WithLabelValues(version, runtime.Version()).Set(1)
+		Help: "Always 1; the labels carry the build's version, commit and Go version.",
+	}, []string{"version", "commit", "goversion"})
+	info.WithLabelValues(version, BuildCommit(), GoVersion()).Set(1)
 	reg.MustRegister(info)
 	return reg
 }

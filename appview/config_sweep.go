@@ -1,0 +1,46 @@
+package appview
+
+import "time"
+
+// SweepConfig tunes the prune sweep that holds every feed to its cap and
+// the retention of records no feed holds (docs/prune.md).
+type SweepConfig struct {
+	// Actors is how many viewers one slice visits (sweep_actors).
+	Actors int `yaml:"actors"`
+	// IdleInterval is how often an idle stream still ticks the sweep.
+	IdleInterval time.Duration `yaml:"idle_interval"`
+	// RecoveryInterval is how long after a full pass the next one is due.
+	RecoveryInterval time.Duration `yaml:"recovery_interval"`
+	// Retention keeps target records no feed holds for this long, in event
+	// time.
+	Retention time.Duration `yaml:"retention"`
+	// TombstoneWindow keeps delete tombstones this long, in event time: it
+	// must cover any replay of the stream.
+	TombstoneWindow time.Duration `yaml:"tombstone_window"`
+}
+
+func defaultSweepConfig() SweepConfig {
+	return SweepConfig{
+		Actors: 500, IdleInterval: 5 * time.Second, RecoveryInterval: 6 * time.Hour,
+		Retention: 7 * 24 * time.Hour, TombstoneWindow: 72 * time.Hour,
+	}
+}
+
+func (c Config) validateSweep(fail func(field, format string, args ...any)) {
+	if c.Sweep.Actors <= 0 {
+		fail("sweep.actors", "must be positive")
+	}
+	for field, d := range map[string]time.Duration{
+		"sweep.idle_interval":     c.Sweep.IdleInterval,
+		"sweep.recovery_interval": c.Sweep.RecoveryInterval,
+		"sweep.retention":         c.Sweep.Retention,
+		"sweep.tombstone_window":  c.Sweep.TombstoneWindow,
+	} {
+		if d <= 0 {
+			fail(field, "must be positive")
+		}
+	}
+	if c.Sweep.TombstoneWindow > 0 && c.Sweep.TombstoneWindow < c.Jetstream.Rewind {
+		fail("sweep.tombstone_window", "must cover jetstream.rewind (%s)", c.Jetstream.Rewind)
+	}
+}
