@@ -1,44 +1,49 @@
 // Command appview runs the following-timeline appview daemon.
 //
 //	appview serve [--config FILE]
+//	appview config [--config FILE] [--env]
+//	appview health [--url URL] [--ready] [--config FILE]
 //	appview version
+//
+// Each command lives in its own file; this one only dispatches.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
-
-	"github.com/atfeeds/appview/appview"
 )
 
-// shutdownTimeout bounds the final commit and close after a signal.
-const shutdownTimeout = 15 * time.Second
-
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "appview:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string, stdout, stderr io.Writer) error {
+// run dispatches one command. environ is the process environment, in the
+// form of os.Environ, so tests can pass their own.
+func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		usage(stderr)
 		return errors.New("missing command")
 	}
 	switch args[0] {
 	case "serve":
-		return serve(args[1:], stderr)
+		return serve(ctx, args[1:], environ, stderr)
+	case "config":
+		return printConfig(args[1:], environ, stdout, stderr)
+	case "health":
+		return health(ctx, args[1:], environ, stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, appview.Version)
-		return nil
+		return version(args[1:], stdout)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return nil
@@ -49,41 +54,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
-  appview serve [--config FILE]   run the daemon (built-in defaults without a file)
-  appview version                 print the version
+  appview serve [--config FILE]     run the daemon (built-in defaults without a file)
+  appview config [--config FILE]    print the effective config as YAML, secrets redacted
+  appview config --env              list the APPVIEW_ environment variables
+  appview health [--url URL]        probe a running daemon's /xrpc/_health; exit 0 if it answers
+  appview version                   print the version, commit and Go version
+
+Scalar config keys can also be set from the environment: APPVIEW_ plus the
+key path in upper snake case (APPVIEW_DATABASE_PATH, APPVIEW_HTTP_LISTEN,
+APPVIEW_JETSTREAM_URLS as a comma list). They override the file; feeds are
+configured in the file only.
 `)
-}
-
-func serve(args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "YAML config file (default: built-in defaults)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	cfg, err := appview.LoadConfig(*configPath)
-	if err != nil {
-		return err
-	}
-	logger, err := appview.NewLogger(cfg.Log, stderr)
-	if err != nil {
-		return err
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	d, err := appview.Build(ctx, cfg, appview.Options{Logger: logger})
-	if err != nil {
-		return err
-	}
-	runErr := d.Run(ctx)
-	closeCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	if err := d.Close(closeCtx); err != nil && runErr == nil {
-		runErr = fmt.Errorf("close: %w", err)
-	}
-	if runErr == nil {
-		logger.Info("appview stopped cleanly")
-	}
-	return runErr
 }
