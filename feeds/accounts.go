@@ -5,8 +5,8 @@ import (
 )
 
 // applyAccount applies an account event. An author going inactive
-// (deactivated, takendown, suspended, deleted) disappears from every feed
-// through records_by_author and feed_items_by_record; coming back merges
+// (deactivated, takendown, suspended, deleted) disappears from its
+// followers' feeds; coming back merges
 // its newest stored records into its followers' feeds again, as a follow
 // merge does. A deleted account's records and follows are deleted.
 // Accounts the store never interned are not touched.
@@ -32,12 +32,14 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 	if _, err := w.tx.ExecContext(w.ctx, `UPDATE actors SET active = 0 WHERE id = ?`, id); err != nil {
 		return fmt.Errorf("mark inactive: %w", err)
 	}
-	r, err := w.tx.ExecContext(w.ctx, `DELETE FROM feed_items WHERE record_id IN (SELECT id FROM records WHERE actor_id = ?)`, id)
-	if err != nil {
-		return fmt.Errorf("hide inactive author: %w", err)
+	for i := range w.s.lanes {
+		l := &w.s.lanes[i]
+		n, err := w.exec(w.s.stmts.unfeedAuthor, id, l.followCollID, l.id, l.collectionID)
+		if err != nil {
+			return fmt.Errorf("hide inactive author: %w", err)
+		}
+		w.res.RemovedRows += n
 	}
-	n, _ := r.RowsAffected()
-	w.res.RemovedRows += n
 	w.res.Applied++
 	if a.Status != "deleted" {
 		return nil

@@ -168,9 +168,9 @@ func (w *txWriter) listFollow(actorID, collID int64, r *ListedRecord) (bool, err
 }
 
 func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, now time.Time) (bool, error) {
-	var id int64
+	var id, sortUS int64
 	var rev string
-	found, err := w.queryRow(w.s.stmts.recordByKey, []any{actorID, collID, string(r.RKey)}, &id, &rev)
+	found, err := w.queryRow(w.s.stmts.recordByKey, []any{actorID, collID, string(r.RKey)}, &id, &rev, &sortUS)
 	if err != nil || found {
 		return false, err
 	}

@@ -107,6 +107,7 @@ func TestFanoutStatementsUseIndexes(t *testing.T) {
 		"fanout":       writeSQL.fanout,
 		"unfeedRecord": writeSQL.unfeedRecord,
 		"unmerge":      writeSQL.unmerge,
+		"unfeedAuthor": writeSQL.unfeedAuthor,
 		"merge":        writeSQL.merge,
 	} {
 		rows, err := s.writer.Query(`EXPLAIN QUERY PLAN `+q, 1, 1, 1, 1, 1)

@@ -101,11 +101,19 @@ func TestRetentionScansInBoundedSlices(t *testing.T) {
 		n, s.targetColls[postNSID]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.writer.Exec(`
-		INSERT INTO feed_items (viewer_id, target_id, sort_us, record_id)
-		SELECT 1, ?1, sort_us, id FROM records WHERE rkey LIKE 'r%' AND CAST(substr(rkey, 2) AS INTEGER) % 10 = 0`,
-		s.lanes[0].id); err != nil {
-		t.Fatal(err)
+	// Viewer v follows alice (written directly: no merge) and holds every
+	// tenth record; only followers of an author can hold its records.
+	for _, q := range []string{
+		`INSERT INTO actors (did) VALUES ('did:plc:v')`,
+		`INSERT INTO follows (actor_id, collection_id, rkey, subject_id, rev)
+		 SELECT id, ?2, 'f', 1, 'rev' FROM actors WHERE did = 'did:plc:v'`,
+		`INSERT INTO feed_items (viewer_id, target_id, sort_us, record_id)
+		 SELECT (SELECT id FROM actors WHERE did = 'did:plc:v'), ?1, sort_us, id FROM records
+		 WHERE rkey LIKE 'r%' AND CAST(substr(rkey, 2) AS INTEGER) % 10 = 0`,
+	} {
+		if _, err := s.writer.Exec(q, s.lanes[0].id, s.followColls[followNSID]); err != nil {
+			t.Fatal(err)
+		}
 	}
 	apply(t, s, post("alice", "now", 10*hourUS))
 	var retired int64

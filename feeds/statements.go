@@ -15,7 +15,7 @@ var writeSQL = struct {
 	followRemains                                         string
 	recordByKey, insertRecord, updateRecord, deleteRecord string
 	tombstoneByKey, upsertTombstone, deleteTombstone      string
-	fanout, merge, unmerge, unfeedRecord                  string
+	fanout, merge, unmerge, unfeedRecord, unfeedAuthor    string
 	viewerOfFollows, viewerOfFeed, followedByAnyone       string
 	actorActive, listingByKey                             string
 }{
@@ -39,7 +39,7 @@ var writeSQL = struct {
 	deleteFollow:  `DELETE FROM follows WHERE actor_id = ? AND collection_id = ? AND rkey = ?`,
 	followRemains: `SELECT 1 FROM follows WHERE subject_id = ? AND collection_id = ? AND actor_id = ? LIMIT 1`,
 
-	recordByKey: `SELECT id, rev FROM records WHERE actor_id = ? AND collection_id = ? AND rkey = ?`,
+	recordByKey: `SELECT id, rev, sort_us FROM records WHERE actor_id = ? AND collection_id = ? AND rkey = ?`,
 	insertRecord: `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 	updateRecord: `UPDATE records SET cid = ?2, rev = ?3, body = ?4 WHERE id = ?1`,
@@ -74,9 +74,21 @@ var writeSQL = struct {
 		WHERE viewer_id = ?1 AND target_id = ?2
 		AND record_id IN (SELECT id FROM records WHERE actor_id = ?3 AND collection_id = ?4)`,
 
-	// unfeedRecord reaches every feed holding a record through
-	// feed_items_by_record, never a scan of the feed table.
-	unfeedRecord: `DELETE FROM feed_items WHERE record_id = ?`,
+	// unfeedRecord removes a record from one lane of every feed holding
+	// it. Only followers of the author hold it, so their ids come from
+	// follows_by_subject and each row is one primary-key seek: the cost of
+	// the fan-out that wrote them, never a scan of the feed table.
+	unfeedRecord: `DELETE FROM feed_items
+		WHERE viewer_id IN (SELECT actor_id FROM follows WHERE subject_id = ?1 AND collection_id = ?2)
+		AND target_id = ?3 AND sort_us = ?4 AND record_id = ?5`,
+
+	// unfeedAuthor removes all of an author's records from one lane of its
+	// followers' feeds (an account gone inactive); each follower's lane is
+	// a primary-key range of at most its cap.
+	unfeedAuthor: `DELETE FROM feed_items
+		WHERE viewer_id IN (SELECT actor_id FROM follows WHERE subject_id = ?1 AND collection_id = ?2)
+		AND target_id = ?3
+		AND record_id IN (SELECT id FROM records WHERE actor_id = ?1 AND collection_id = ?4)`,
 }
 
 type statements struct {
@@ -85,7 +97,7 @@ type statements struct {
 	followRemains                                         *sql.Stmt
 	recordByKey, insertRecord, updateRecord, deleteRecord *sql.Stmt
 	tombstoneByKey, upsertTombstone, deleteTombstone      *sql.Stmt
-	fanout, merge, unmerge, unfeedRecord                  *sql.Stmt
+	fanout, merge, unmerge, unfeedRecord, unfeedAuthor    *sql.Stmt
 	viewerOfFollows, viewerOfFeed, followedByAnyone       *sql.Stmt
 	actorActive, listingByKey                             *sql.Stmt
 }
@@ -109,6 +121,7 @@ func prepareStatements(ctx context.Context, db *sql.DB, indexAll bool) (*stateme
 		{&st.followedByAnyone, writeSQL.followedByAnyone}, {&st.actorActive, writeSQL.actorActive},
 		{&st.listingByKey, writeSQL.listingByKey},
 		{&st.unmerge, writeSQL.unmerge}, {&st.unfeedRecord, writeSQL.unfeedRecord},
+		{&st.unfeedAuthor, writeSQL.unfeedAuthor},
 	} {
 		s, err := db.PrepareContext(ctx, p.sql)
 		if err != nil {

@@ -39,7 +39,7 @@ func TestSweepStatementsUseTheirIndexes(t *testing.T) {
 		{"nextViewers", q.nextViewers, "feed_items USING PRIMARY KEY (viewer_id>?)", []any{0, 500}},
 		{"grownFollowers", q.grownFollowers, "follows_by_subject (subject_id=? AND collection_id=? AND actor_id>?)", []any{1, 1, 0, 250}},
 		{"retainWindowEnd", q.retainWindowEnd, "records_by_indexed", []any{0, 0, 1, 999}},
-		{"retainRecords", q.retainRecords, "feed_items_by_record (record_id=?)", []any{0, 0, 1, 1, 1}},
+		{"retainRecords", q.retainRecords, "fi USING PRIMARY KEY (viewer_id=? AND target_id=? AND sort_us=? AND record_id=?)", []any{0, 0, 1, 1, 1}},
 		{"retainTombstones", q.retainTombstones, "tombstones_by_deleted (deleted_us<?)", []any{1, 1000}},
 		{"retainListing", q.retainListing, "listings USING PRIMARY KEY (actor_id=? AND collection_id=?)", []any{1, 1}},
 		{"grownAgain", q.grownAgain, "(author_id=? AND collection_id=?)", []any{1, 1}},

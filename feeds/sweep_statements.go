@@ -75,11 +75,22 @@ var sweepSQL = struct {
 	retainWindowEnd: `SELECT indexed_us, id FROM records
 		WHERE (indexed_us, id) > (?1, ?2) AND indexed_us < ?3
 		ORDER BY indexed_us, id LIMIT 1 OFFSET ?4`,
-	// retainRecords deletes the window's records that no feed holds; the
-	// NOT EXISTS is one seek in feed_items_by_record.
+	// retainRecords deletes the window's records that no feed holds. Only
+	// followers of the author can hold a record, so the NOT EXISTS probes
+	// each follower's lane with one primary-key seek: over a record's life
+	// it costs as many seeks as its fan-out wrote rows.
 	retainRecords: `DELETE FROM records
 		WHERE (indexed_us, id) > (?1, ?2) AND (indexed_us, id) <= (?3, ?4) AND indexed_us < ?5
-		AND NOT EXISTS (SELECT 1 FROM feed_items WHERE record_id = records.id)
+		AND NOT EXISTS (
+			-- CROSS JOIN fixes the order lane → follower → feed row, so the
+			-- feed row is a full primary-key seek.
+			SELECT 1 FROM feed_targets t
+			CROSS JOIN follows f
+			CROSS JOIN feed_items fi
+			WHERE t.collection_id = records.collection_id
+			AND f.subject_id = records.actor_id AND f.collection_id = t.follow_collection_id
+			AND fi.viewer_id = f.actor_id AND fi.target_id = t.id
+			AND fi.sort_us = records.sort_us AND fi.record_id = records.id)
 		RETURNING actor_id, collection_id`,
 	// retainListing makes a complete listing of an account whose records
 	// were retired incomplete again (the invalidation scope.go uses), so

@@ -5,17 +5,17 @@ import "fmt"
 // applyTarget stores a target record and fans it out. A create inserts the
 // record and, in one INSERT … SELECT, a feed row for every viewer following
 // the author. An update of a stored record rewrites its body in place (its
-// feed position stays). A delete removes it from every feed through
-// feed_items_by_record and leaves a tombstone against replays.
+// feed position stays). A delete removes it from its author's followers'
+// feeds and leaves a tombstone against replays.
 func (w *txWriter) applyTarget(c *Change, collID int64) error {
 	st := w.s.stmts
 	actorID, inScope, err := w.authorInScope(c.DID)
 	if err != nil || !inScope {
 		return err
 	}
-	var recordID int64
+	var recordID, sortUS int64
 	var oldRev string
-	found, err := w.queryRow(st.recordByKey, []any{actorID, collID, string(c.RKey)}, &recordID, &oldRev)
+	found, err := w.queryRow(st.recordByKey, []any{actorID, collID, string(c.RKey)}, &recordID, &oldRev, &sortUS)
 	if err != nil {
 		return fmt.Errorf("look up record: %w", err)
 	}
@@ -39,11 +39,9 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 			return err
 		}
 		if found {
-			n, err := w.exec(st.unfeedRecord, recordID)
-			if err != nil {
-				return fmt.Errorf("remove record from feeds: %w", err)
+			if err := w.unfeedRecord(actorID, collID, sortUS, recordID); err != nil {
+				return err
 			}
-			w.res.RemovedRows += n
 			if _, err := w.exec(st.deleteRecord, recordID); err != nil {
 				return fmt.Errorf("delete record: %w", err)
 			}
@@ -76,7 +74,7 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 			return fmt.Errorf("clear tombstone: %w", err)
 		}
 	}
-	sortUS := c.SortKey()
+	sortUS = c.SortKey()
 	if _, err := w.queryRow(st.insertRecord,
 		[]any{actorID, collID, string(c.RKey), c.CID, c.Rev, sortUS, c.TimeUS, c.CreatedAtUS, string(c.Record)},
 		&recordID); err != nil {
@@ -91,5 +89,22 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 		w.grewFollowersOf(actorID, collID)
 	}
 	w.res.Applied++
+	return nil
+}
+
+// unfeedRecord removes a record from every lane carrying its collection,
+// through the author's followers.
+func (w *txWriter) unfeedRecord(authorID, collID, sortUS, recordID int64) error {
+	for i := range w.s.lanes {
+		l := &w.s.lanes[i]
+		if l.collectionID != collID {
+			continue
+		}
+		n, err := w.exec(w.s.stmts.unfeedRecord, authorID, l.followCollID, l.id, sortUS, recordID)
+		if err != nil {
+			return fmt.Errorf("remove record from feed %s: %w", l.feed, err)
+		}
+		w.res.RemovedRows += n
+	}
 	return nil
 }
