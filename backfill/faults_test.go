@@ -145,3 +145,29 @@ func TestDeletedFollowStaysDeleted(t *testing.T) {
 		t.Fatalf("followees = %v, want only %s", followees, kept)
 	}
 }
+
+// TestFailedAccountIsRetriedOnItsSchedule: a followee whose PDS failed
+// during the first read is retried once its retry time passes, and its
+// posts are merged into the feed that completed without them.
+func TestFailedAccountIsRetriedOnItsSchedule(t *testing.T) {
+	w := newWorld(t, Config{RetryBase: time.Minute})
+	viewer := w.account("viewer")
+	flaky := w.account("flaky")
+	w.follow(viewer, flaky, 1)
+	w.post(flaky, 10)
+	w.pds.Fail(flaky, postNSID, pdstest.FaultStatus500)
+	w.svc.Ensure(context.Background(), viewer, "following", "test")
+	if n := len(w.page(t, viewer, 10)); n != 0 {
+		t.Fatalf("feed has %d items while the PDS fails", n)
+	}
+	w.pds.Fail(flaky, postNSID, pdstest.FaultNone)
+	w.svc.retryDue(context.Background()) // not due yet
+	if n := len(w.page(t, viewer, 10)); n != 0 {
+		t.Fatal("retried before the retry time")
+	}
+	w.clock = w.clock.Add(2 * time.Minute)
+	w.svc.retryDue(context.Background())
+	if got := w.page(t, viewer, 10); len(got) != 1 {
+		t.Fatalf("feed after the retry = %v, want the flaky account's post", got)
+	}
+}

@@ -168,10 +168,14 @@ func (s *Service) Run(ctx context.Context) error {
 	s.bg = ctx
 	s.mu.Unlock()
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		s.retireLoop(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		s.retryLoop(ctx)
 	}()
 	for range max(1, s.cfg.Concurrency/4) {
 		wg.Add(1)
@@ -218,6 +222,40 @@ func (s *Service) retireLoop(ctx context.Context) {
 			if n < slice {
 				break
 			}
+		}
+	}
+}
+
+// retryLoop retries failed account listings on their schedule (backoff
+// up to RetryMax, at most MaxAttempts), then merges what they fetched into
+// the followers' feeds, whose first reads completed without it.
+func (s *Service) retryLoop(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.retryDue(ctx)
+	}
+}
+
+func (s *Service) retryDue(ctx context.Context) {
+	due, err := s.store.DueListings(ctx, s.cfg.Now(), s.cfg.MaxAttempts, 100)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("find due listings", "err", err)
+		}
+		return
+	}
+	for _, k := range due {
+		if err := s.ensureAccount(ctx, k.Account, k.Collection); err != nil {
+			continue // recorded on the listing with its next retry
+		}
+		if _, err := s.store.MergeAuthor(ctx, k.Account); err != nil && ctx.Err() == nil {
+			s.log.Error("merge retried account", "err", err)
 		}
 	}
 }

@@ -297,3 +297,56 @@ func micros(t time.Time) int64 {
 	}
 	return t.UnixMicro()
 }
+
+// ListingKey names one account's collection.
+type ListingKey struct {
+	Account    syntax.DID
+	Collection syntax.NSID
+}
+
+// DueListings returns up to limit target listings that failed and are due
+// for another attempt: not complete, not gone, under maxAttempts, their
+// retry time passed. A viewer's own follow listing is retried by its next
+// read instead.
+func (s *Store) DueListings(ctx context.Context, now time.Time, maxAttempts, limit int) ([]ListingKey, error) {
+	rows, err := s.reader.QueryContext(ctx, `
+		SELECT a.did, c.nsid FROM listings l
+		JOIN actors a ON a.id = l.actor_id
+		JOIN collections c ON c.id = l.collection_id
+		WHERE l.complete = 0 AND l.gone = 0 AND l.attempts > 0 AND l.attempts < ?
+		AND l.next_retry_us <= ?
+		AND l.collection_id NOT IN (SELECT follow_collection_id FROM feed_targets)
+		LIMIT ?`, maxAttempts, now.UnixMicro(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("find due listings: %w", err)
+	}
+	defer rows.Close()
+	var out []ListingKey
+	for rows.Next() {
+		var k ListingKey
+		if err := rows.Scan(&k.Account, &k.Collection); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// MergeAuthor merges an author's newest stored records into its
+// followers' feeds, as after a reactivation: the last step of a retried
+// backfill, since the followers' first reads completed without them.
+func (s *Store) MergeAuthor(ctx context.Context, author syntax.DID) (int64, error) {
+	var rows int64
+	err := s.write(ctx, func(w *txWriter) error {
+		id, found, err := w.existingActorID(author)
+		if err != nil || !found {
+			return err
+		}
+		if err := w.remergeAuthor(id); err != nil {
+			return err
+		}
+		rows = w.res.MergedRows
+		return nil
+	})
+	return rows, err
+}
