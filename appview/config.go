@@ -49,6 +49,10 @@ type JetstreamConfig struct {
 	ReadTimeout   time.Duration `yaml:"read_timeout"`
 	// QueueSize bounds the channel between the read loop and the writer.
 	QueueSize int `yaml:"queue_size"`
+	// RetentionWindow is how far back the upstream replays (Jetstream
+	// keeps about 36 h). A stored cursor older than that at reconnect is
+	// a gap: recorded, counted, and its viewers rebuilt on their next read.
+	RetentionWindow time.Duration `yaml:"retention_window"`
 }
 
 // IngestConfig describes how events are batched into transactions. A batch
@@ -118,11 +122,12 @@ func DefaultConfig() Config {
 				"wss://jetstream1.us-west.bsky.network/subscribe",
 				"wss://jetstream2.us-west.bsky.network/subscribe",
 			},
-			Rewind:        5 * time.Second,
-			Compression:   true,
-			MaxFrameBytes: 1 << 20,
-			ReadTimeout:   60 * time.Second,
-			QueueSize:     4096,
+			Rewind:          5 * time.Second,
+			Compression:     true,
+			MaxFrameBytes:   1 << 20,
+			ReadTimeout:     60 * time.Second,
+			QueueSize:       4096,
+			RetentionWindow: 36 * time.Hour,
 		},
 		Ingest: IngestConfig{
 			BatchSize:     1000,

@@ -57,6 +57,9 @@ func (c Config) Validate() error {
 	if js.QueueSize <= 0 {
 		fail("jetstream.queue_size", "must be positive")
 	}
+	if js.RetentionWindow <= 0 {
+		fail("jetstream.retention_window", "must be positive")
+	}
 
 	if n := c.Ingest.BatchSize; n < 1 || n > 100000 {
 		fail("ingest.batch_size", "must be between 1 and 100000")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
@@ -41,6 +42,8 @@ type Daemon struct {
 	backfill *backfill.Service
 	server   *xrpc.Server
 	listener net.Listener
+	gaps     prometheus.Counter
+	now      func() time.Time
 }
 
 // Build opens the database and constructs every part; nothing runs until
@@ -73,6 +76,11 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	registerLag(reg, store, time.Now)
+	gaps := prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "appview", Subsystem: "jetstream", Name: "gaps_total",
+		Help: "Reconnects whose stored cursor was older than the upstream retention window: events were missed.",
+	})
+	reg.MustRegister(gaps)
 
 	var follows []syntax.NSID
 	for _, c := range cfg.FollowCollections() {
@@ -131,11 +139,14 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 				}
 			},
 			identityChanged: dir.Purge,
+			restart:         consumer.Restart,
 			sweepIdle:       cfg.Sweep.IdleInterval,
 			now:             time.Now,
 		},
 		server:   server,
 		listener: listener,
+		gaps:     gaps,
+		now:      time.Now,
 	}, nil
 }
 
@@ -197,9 +208,28 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return err
 }
 
-// resumePosition is the consumer's view of the last committed cursor.
+// resumePosition is the consumer's view of the last committed cursor,
+// asked at every (re)connect. A cursor older than the upstream keeps is a
+// gap: the events in between are gone from the stream, so it is recorded
+// and every viewer is rebuilt from the PDSes at its next read.
 func (d *Daemon) resumePosition() jetstream.Position {
 	c := d.store.Cursor()
+	if c.TimeUS > 0 {
+		age := d.now().Sub(time.UnixMicro(c.TimeUS))
+		if window := d.cfg.Jetstream.RetentionWindow; age > window {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			recorded, err := d.store.RecordGap(ctx, feeds.Gap{Detected: d.now(), CursorUS: c.TimeUS, Size: age - window})
+			cancel()
+			switch {
+			case err != nil:
+				d.log.Error("record stream gap", "err", err)
+			case recorded:
+				d.gaps.Inc()
+				d.log.Warn("stream_gap", "cursor_time_us", c.TimeUS, "gap", (age - window).Round(time.Second),
+					"action", "viewers rebuild from their PDSes at their next read")
+			}
+		}
+	}
 	return jetstream.Position{TimeUS: c.TimeUS, Seq: c.Seq, Host: c.Host}
 }
 
@@ -214,4 +244,14 @@ func named(part string, err error) error {
 		return err
 	}
 	return fmt.Errorf("%s: %w", part, err)
+}
+
+// OpenStore opens the configured database for an operator command, next
+// to a daemon that may be running on it.
+func OpenStore(ctx context.Context, cfg Config) (*feeds.Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid config: %w", err)
+	}
+	storeFeeds, _ := feedDefinitions(cfg)
+	return feeds.Open(ctx, feeds.Options{Path: cfg.Database.Path, Feeds: storeFeeds, IndexAll: cfg.Ingest.IndexAll, ReadConns: 1})
 }

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/jetstream/jetstreamtest"
 )
 
@@ -403,4 +406,77 @@ func httpGet(url string) (response, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	return response{resp.StatusCode, string(body)}, err
+}
+
+// TestCursorResetWhileRunning: an operator resets the Jetstream cursor
+// while the daemon runs; the daemon adopts it at its next commit and
+// reconnects from the reset position instead of writing over it.
+func TestCursorResetWhileRunning(t *testing.T) {
+	js := jetstreamtest.NewServer()
+	defer js.Close()
+	cfg := testConfig(t, js, t.TempDir()+"/appview.db")
+	td := startDaemon(t, js, cfg)
+	js.Append(jetstreamtest.Post(user("carol"), "p1", t0+60_000_000, "one"))
+	td.waitCursor(t, t0+60_000_000)
+
+	tool, err := OpenStore(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resetTo := time.UnixMicro(t0 + 10_000_000)
+	if _, err := tool.ResetJetstream(context.Background(), resetTo, "ops", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	tool.Close()
+	before := len(js.Queries())
+	js.Append(jetstreamtest.Post(user("carol"), "p2", t0+61_000_000, "two"))
+	deadline := time.Now().Add(10 * time.Second)
+	for len(js.Queries()) == before {
+		if time.Now().After(deadline) {
+			t.Fatal("daemon did not reconnect after the reset")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	q := js.Queries()[before]
+	if want := fmt.Sprint(resetTo.UnixMicro() - cfg.Jetstream.Rewind.Microseconds()); q.Get("cursor") != want {
+		t.Errorf("reconnected with cursor %s, want the reset position minus the rewind %s", q.Get("cursor"), want)
+	}
+	td.waitCursor(t, t0+61_000_000)
+}
+
+// TestStaleCursorIsRecordedAsAGap: a database whose cursor is older than
+// Jetstream's retention window records a gap at connect and marks its
+// viewers for a rebuild at their next read.
+func TestStaleCursorIsRecordedAsAGap(t *testing.T) {
+	js := jetstreamtest.NewServer()
+	defer js.Close()
+	cfg := testConfig(t, js, t.TempDir()+"/appview.db")
+	cfg.Ingest.IndexAll = false
+	stale := time.Now().Add(-40 * time.Hour).UnixMicro()
+	st, err := OpenStore(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st.RegisterViewer(ctx, syntax.DID(user("alice")), "following", time.Now())
+	st.ClaimFirstRead(ctx, syntax.DID(user("alice")), "following", "x", time.Now(), time.Minute)
+	if _, err := st.CompleteFirstRead(ctx, syntax.DID(user("alice")), "following", "x", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ApplyBatch(ctx, &feeds.Batch{Cursor: feeds.StreamCursor{TimeUS: stale}}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	td := startDaemon(t, js, cfg)
+	if !strings.Contains(td.metrics(t), "appview_jetstream_gaps_total 1") {
+		t.Error("gap not counted")
+	}
+	g, ok, err := td.Store().LastGap(ctx)
+	if err != nil || !ok || g.CursorUS != stale || g.Size < 3*time.Hour {
+		t.Fatalf("last gap %+v %v %v", g, ok, err)
+	}
+	if vs, _ := td.Store().RegisterViewer(ctx, syntax.DID(user("alice")), "following", time.Now()); vs.Complete {
+		t.Error("viewer not marked for a rebuild")
+	}
 }

@@ -28,6 +28,10 @@ type ingester struct {
 	// identityChanged, when set, is told about identity events so cached
 	// handles and PDS endpoints are re-resolved.
 	identityChanged func(syntax.DID)
+	// restart reconnects the consumer after an operator reset the cursor;
+	// it returns the first session whose events count again.
+	restart    func() uint64
+	minSession uint64
 	// sweepIdle is how often an idle stream still ticks the prune sweep.
 	sweepIdle time.Duration
 	now       func() time.Time
@@ -63,6 +67,12 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 		if err != nil {
 			return fmt.Errorf("ingest batch: %w", err)
 		}
+		if res.CursorReset && in.restart != nil {
+			// The events still queued come from before the reset: drop
+			// them and read again from the reset position.
+			in.minSession = in.restart()
+			in.log.Warn("stream cursor was reset: reconnecting from it", "time_us", in.store.Cursor().TimeUS)
+		}
 		if in.afterCommit != nil {
 			in.afterCommit(res)
 		}
@@ -77,6 +87,9 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 		return nil
 	}
 	add := func(ev *jetstream.Event) {
+		if ev.Session < in.minSession {
+			return
+		}
 		if !pending {
 			timer.Reset(in.batchInterval)
 			pending = true

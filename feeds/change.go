@@ -100,7 +100,11 @@ type BatchResult struct {
 	OutOfScope int // changes by accounts no viewer cares about
 	// NewFollows are follows of registered viewers created by this batch,
 	// whose followees may need their backlog fetched (viewer mode only).
-	NewFollows  []FollowEdge
+	NewFollows []FollowEdge
+	// CursorReset: an operator reset the stream cursor while this daemon
+	// ran; Store.Cursor now holds the reset position and the consumer
+	// must reconnect from it.
+	CursorReset bool
 	FanoutRows  int64 // feed rows written by target creates
 	MergedRows  int64 // feed rows written by follow merges
 	RemovedRows int64 // feed rows removed by deletes and unfollows

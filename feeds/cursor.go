@@ -10,36 +10,58 @@ import (
 // cursorKindJetstream names the live stream's row in cursors.
 const cursorKindJetstream = "jetstream"
 
-func (s *Store) loadCursor(ctx context.Context) (StreamCursor, error) {
-	var c StreamCursor
-	err := s.writer.QueryRowContext(ctx,
-		`SELECT time_us, seq, host FROM cursors WHERE kind = ?`, cursorKindJetstream).
-		Scan(&c.TimeUS, &c.Seq, &c.Host)
-	if errors.Is(err, sql.ErrNoRows) {
-		return StreamCursor{}, nil
-	}
-	if err != nil {
-		return StreamCursor{}, fmt.Errorf("load stream cursor: %w", err)
-	}
-	return c, nil
+func (s *Store) loadCursor(ctx context.Context) (StreamCursor, int64, error) {
+	return readCursor(ctx, s.writer)
 }
 
-// saveCursor writes the stream cursor inside the batch transaction. The
-// WHERE clause keeps it from going backwards: a rewound replay after a
-// reconnect carries older times and leaves the stored position alone.
-func saveCursor(ctx context.Context, tx *sql.Tx, c StreamCursor) error {
-	_, err := tx.ExecContext(ctx, `
-		INSERT INTO cursors (kind, time_us, seq, host, updated_us)
-		VALUES (?1, ?2, ?3, ?4, ?2)
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func readCursor(ctx context.Context, q queryer) (StreamCursor, int64, error) {
+	var c StreamCursor
+	var gen int64
+	err := q.QueryRowContext(ctx,
+		`SELECT time_us, seq, host, generation FROM cursors WHERE kind = ?`, cursorKindJetstream).
+		Scan(&c.TimeUS, &c.Seq, &c.Host, &gen)
+	if errors.Is(err, sql.ErrNoRows) {
+		return StreamCursor{}, 0, nil
+	}
+	if err != nil {
+		return StreamCursor{}, 0, fmt.Errorf("load stream cursor: %w", err)
+	}
+	return c, gen, nil
+}
+
+// saveCursor writes the stream cursor inside the batch transaction, as a
+// compare-and-swap on the generation this daemon read: the WHERE clause
+// keeps it from going backwards (a rewound replay after a reconnect
+// carries older times) and refuses the write after an operator's reset
+// bumped the generation, so a running daemon cannot undo a reset. It
+// reports the stored cursor and generation when the generation moved: the
+// caller adopts them and reconnects from there.
+func (w *txWriter) saveCursor(c StreamCursor) (reset bool, err error) {
+	_, err = w.tx.ExecContext(w.ctx, `
+		INSERT INTO cursors (kind, time_us, seq, host, updated_us, generation)
+		VALUES (?1, ?2, ?3, ?4, ?2, ?5)
 		ON CONFLICT (kind) DO UPDATE SET
 			time_us = excluded.time_us, seq = excluded.seq,
 			host = excluded.host, updated_us = excluded.updated_us
-		WHERE excluded.time_us >= cursors.time_us`,
-		cursorKindJetstream, c.TimeUS, c.Seq, c.Host)
+		WHERE excluded.time_us >= cursors.time_us AND cursors.generation = excluded.generation`,
+		cursorKindJetstream, c.TimeUS, c.Seq, c.Host, w.s.generation)
 	if err != nil {
-		return fmt.Errorf("save stream cursor: %w", err)
+		return false, fmt.Errorf("save stream cursor: %w", err)
 	}
-	return nil
+	stored, gen, err := readCursor(w.ctx, w.tx)
+	if err != nil {
+		return false, err
+	}
+	if gen == w.s.generation {
+		return false, nil
+	}
+	w.adopted = &stored
+	w.adoptedGen = gen
+	return true, nil
 }
 
 // Cursor returns the last committed stream cursor.
@@ -55,4 +77,13 @@ func (s *Store) advanceCursor(c StreamCursor) {
 	if c.TimeUS >= s.cursor.TimeUS {
 		s.cursor = c
 	}
+}
+
+// adoptCursor takes an operator's reset over: the stored position and its
+// generation replace ours, even backwards.
+func (s *Store) adoptCursor(c StreamCursor, gen int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cursor = c
+	s.generation = gen
 }

@@ -25,7 +25,6 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 		return BatchResult{}, err
 	}
 	defer w.tx.Rollback()
-	tx := w.tx
 	for i := range b.Accounts {
 		if err := w.applyAccount(&b.Accounts[i]); err != nil {
 			return BatchResult{}, fmt.Errorf("apply account status of %s: %w", b.Accounts[i].DID, err)
@@ -38,14 +37,21 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 		}
 	}
 	if b.Cursor.TimeUS > 0 {
-		if err := saveCursor(ctx, tx, b.Cursor); err != nil {
+		reset, err := w.saveCursor(b.Cursor)
+		if err != nil {
 			return BatchResult{}, err
 		}
+		w.res.CursorReset = reset
 	}
 	if err := w.commit(); err != nil {
 		return BatchResult{}, fmt.Errorf("commit batch: %w", err)
 	}
-	if b.Cursor.TimeUS > 0 {
+	switch {
+	case w.adopted != nil:
+		s.adoptCursor(*w.adopted, w.adoptedGen)
+		s.metrics.casMismatch(cursorKindJetstream)
+		s.log.Warn("cursor_reset_adopted", "time_us", w.adopted.TimeUS, "generation", w.adoptedGen)
+	case b.Cursor.TimeUS > 0:
 		s.advanceCursor(b.Cursor)
 	}
 	s.metrics.observeBatch(w.res, time.Since(start), s.Cursor().TimeUS)
@@ -95,7 +101,11 @@ type txWriter struct {
 	bound     map[*sql.Stmt]*sql.Stmt
 	newActors map[syntax.DID]int64
 	res       BatchResult
-	grown     grownBatch // feeds this transaction grew, queued for the sweep
+	// adopted is the stored cursor when an operator's reset changed its
+	// generation under us.
+	adopted    *StreamCursor
+	adoptedGen int64
+	grown      grownBatch // feeds this transaction grew, queued for the sweep
 }
 
 // stmt binds a prepared statement to the batch transaction once.

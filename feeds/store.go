@@ -79,8 +79,9 @@ type Store struct {
 	actorIDs map[syntax.DID]int64
 	stmts    *statements // prepared on the writer at the first batch
 
-	mu     sync.Mutex
-	cursor StreamCursor // last committed stream cursor
+	mu         sync.Mutex
+	cursor     StreamCursor // last committed stream cursor
+	generation int64        // of the stream cursor; bumped by a reset
 
 	sweep sweeper // prune sweep state, guarded by writeMu (sweep.go)
 }
@@ -193,11 +194,11 @@ func (s *Store) init(ctx context.Context, opts Options) error {
 	if err := s.syncLanes(ctx, opts.Feeds); err != nil {
 		return fmt.Errorf("sync feeds: %w", err)
 	}
-	cur, err := s.loadCursor(ctx)
+	cur, gen, err := s.loadCursor(ctx)
 	if err != nil {
 		return err
 	}
-	s.cursor = cur
+	s.cursor, s.generation = cur, gen
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -65,6 +66,24 @@ type Client struct {
 	sleep func(context.Context, time.Duration) error
 	// jitter returns [0, 1) for the backoff.
 	jitter func() float64
+
+	// sessionID numbers sessions; every event carries its session's id.
+	sessionID atomic.Uint64
+	// restart asks the running session to end so the next one resumes
+	// from the caller's (reset) position.
+	restart chan struct{}
+}
+
+// Restart ends the current session; the client reconnects at once from
+// resume()'s position. It returns the id the next session's events will
+// carry: the caller drops events of older sessions still queued.
+func (c *Client) Restart() uint64 {
+	next := c.sessionID.Load() + 1
+	select {
+	case c.restart <- struct{}{}:
+	default:
+	}
+	return next
 }
 
 // NewClient returns a Client; call Run to start it. logger may be nil and
@@ -101,14 +120,15 @@ func NewClient(cfg Config, dec *Decoder, logger *slog.Logger, m *Metrics) *Clien
 	}
 	logger = logger.With("component", "jetstream")
 	return &Client{
-		cfg:    cfg,
-		dec:    dec,
-		logger: logger,
-		m:      m,
-		dialer: &dialer,
-		drops:  newDropLogger(logger, dropLogInterval, time.Now),
-		sleep:  sleepCtx,
-		jitter: rand.Float64,
+		cfg:     cfg,
+		dec:     dec,
+		logger:  logger,
+		m:       m,
+		dialer:  &dialer,
+		drops:   newDropLogger(logger, dropLogInterval, time.Now),
+		sleep:   sleepCtx,
+		jitter:  rand.Float64,
+		restart: make(chan struct{}, 1),
 	}
 }
 
@@ -143,6 +163,10 @@ func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Eve
 		delivered, err := c.session(ctx, url, resume(), out)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, errRestart) {
+			c.logger.Info("reconnecting from a reset cursor", "host", url)
+			continue
 		}
 		if delivered > 0 {
 			// The host works: stay on it (a sequence cursor is only good

@@ -78,7 +78,10 @@ type Event struct {
 	// set by the Client so the caller can store Seq with the host it
 	// belongs to. Empty when the Decoder is used on its own.
 	Host string
-	Kind Kind
+	// Session numbers the connection that delivered the event (see
+	// Client.Restart).
+	Session uint64
+	Kind    Kind
 
 	Commit   *Commit   // set when Kind == KindCommit
 	Identity *Identity // set when Kind == KindIdentity

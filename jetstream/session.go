@@ -35,6 +35,9 @@ func (e *refusedError) Error() string {
 
 func (e *refusedError) Unwrap() error { return e.Err }
 
+// errRestart ends a session on Restart.
+var errRestart = errors.New("restart requested")
+
 // session runs one connection to host and returns how many events it
 // delivered on out. It returns when the connection fails or ctx ends.
 func (c *Client) session(ctx context.Context, host string, pos Position, out chan<- Event) (int, error) {
@@ -64,6 +67,18 @@ func (c *Client) session(ctx context.Context, host string, pos Position, out cha
 	// Closing the conn is the only way to interrupt a blocked read.
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	defer stop()
+	id := c.sessionID.Add(1)
+	restarted := make(chan struct{})
+	sessionDone := make(chan struct{})
+	defer close(sessionDone)
+	go func() {
+		select {
+		case <-c.restart:
+			close(restarted)
+			_ = conn.Close()
+		case <-sessionDone:
+		}
+	}()
 	defer conn.Close()
 	c.keepalive(conn)
 
@@ -76,6 +91,11 @@ func (c *Client) session(ctx context.Context, host string, pos Position, out cha
 		if err != nil {
 			if ctx.Err() != nil {
 				return delivered, nil
+			}
+			select {
+			case <-restarted:
+				return delivered, errRestart
+			default:
 			}
 			return delivered, fmt.Errorf("read frame: %w", err)
 		}
@@ -109,11 +129,14 @@ func (c *Client) session(ctx context.Context, host string, pos Position, out cha
 		}
 
 		ev.Host = host
+		ev.Session = id
 		select {
 		case out <- ev:
 			delivered++
 		case <-ctx.Done():
 			return delivered, nil
+		case <-restarted:
+			return delivered, errRestart
 		}
 	}
 }

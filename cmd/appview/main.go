@@ -4,6 +4,8 @@
 //	appview config [--config FILE] [--env]
 //	appview health [--url URL] [--ready] [--config FILE]
 //	appview version
+//	appview cursor show | reset jetstream|account|viewer …
+//	appview audit
 //
 // Each command lives in its own file; this one only dispatches.
 package main
@@ -44,6 +46,10 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		return health(ctx, args[1:], environ, stdout, stderr)
 	case "version":
 		return version(args[1:], stdout)
+	case "cursor":
+		return cursorCmd(ctx, args[1:], environ, stdout, stderr)
+	case "audit":
+		return auditCmd(ctx, args[1:], environ, stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return nil
@@ -59,6 +65,13 @@ func usage(w io.Writer) {
   appview config --env              list the APPVIEW_ environment variables
   appview health [--url URL]        probe a running daemon's /xrpc/_health; exit 0 if it answers
   appview version                   print the version, commit and Go version
+  appview cursor show [--config FILE]
+                                    the Jetstream cursor, feeds, backfill states, the sweep
+  appview cursor reset jetstream [--to RFC3339]
+  appview cursor reset account DID [--collection NSID]
+  appview cursor reset viewer DID [--feed NAME]
+                                    repair a position; safe while the daemon runs; audited
+  appview audit [--limit N]         list the resets made, newest first
 
 Scalar config keys can also be set from the environment: APPVIEW_ plus the
 key path in upper snake case (APPVIEW_DATABASE_PATH, APPVIEW_HTTP_LISTEN,

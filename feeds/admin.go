@@ -1,0 +1,277 @@
+package feeds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// The operator's tools (appview cursor …, appview audit). They are safe
+// while a daemon runs on the same file: each is one write transaction, and
+// a reset bumps the cursor's generation, which the running daemon notices
+// at its next commit (it cannot write over a reset) and follows.
+
+// ErrNothingToReset is returned when a reset finds nothing stored.
+var ErrNothingToReset = errors.New("nothing to reset")
+
+// Change is recorded in the audit table by every reset.
+type AuditEntry struct {
+	Action, Target, Old, New, User string
+	At                             time.Time
+}
+
+// ResetJetstream moves the stream cursor to `to` (zero: forget it, so the
+// daemon starts at the live tip) and bumps its generation.
+func (s *Store) ResetJetstream(ctx context.Context, to time.Time, user string, now time.Time) (AuditEntry, error) {
+	var e AuditEntry
+	err := s.write(ctx, func(w *txWriter) error {
+		cur, gen, err := readCursor(ctx, w.tx)
+		if err != nil {
+			return err
+		}
+		if cur.TimeUS == 0 && gen == 0 {
+			var n int
+			if err := w.tx.QueryRowContext(ctx, `SELECT count(*) FROM cursors WHERE kind = ?`, cursorKindJetstream).Scan(&n); err != nil {
+				return err
+			}
+			if n == 0 {
+				return ErrNothingToReset
+			}
+		}
+		toUS := micros(to)
+		if _, err := w.tx.ExecContext(ctx, `
+			UPDATE cursors SET time_us = ?2, seq = 0, host = '', generation = generation + 1, updated_us = ?3
+			WHERE kind = ?1`, cursorKindJetstream, toUS, now.UnixMicro()); err != nil {
+			return fmt.Errorf("reset cursor: %w", err)
+		}
+		e = AuditEntry{Action: "reset jetstream", Target: cursorKindJetstream,
+			Old: fmt.Sprintf("time_us=%d seq=%d host=%s generation=%d", cur.TimeUS, cur.Seq, cur.Host, gen),
+			New: fmt.Sprintf("time_us=%d generation=%d", toUS, gen+1), User: user, At: now}
+		return w.audit(e)
+	})
+	return e, err
+}
+
+// ResetAccount starts an account's listings (one collection, or all when
+// collection is empty) over in a new round, clearing failures: the next
+// viewer who needs it fetches its backlog again.
+func (s *Store) ResetAccount(ctx context.Context, account syntax.DID, collection syntax.NSID, user string, now time.Time) (AuditEntry, error) {
+	var e AuditEntry
+	err := s.write(ctx, func(w *txWriter) error {
+		id, found, err := w.existingActorID(account)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return ErrNothingToReset
+		}
+		q := `UPDATE listings SET complete = 0, cursor = '', page = 0, fetched = 0, round = round + 1,
+			attempts = 0, last_error = '', next_retry_us = 0, gone = 0, updated_us = ?2 WHERE actor_id = ?1`
+		args := []any{id, now.UnixMicro()}
+		target := string(account)
+		if collection != "" {
+			collID, ok := s.collectionID(collection)
+			if !ok {
+				return ErrUnknownLane
+			}
+			q += ` AND collection_id = ?3`
+			args = append(args, collID)
+			target += " " + string(collection)
+		}
+		r, err := w.tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return fmt.Errorf("reset listings: %w", err)
+		}
+		n, _ := r.RowsAffected()
+		if n == 0 {
+			return ErrNothingToReset
+		}
+		e = AuditEntry{Action: "reset account", Target: target, Old: fmt.Sprintf("%d listings", n), New: "new round", User: user, At: now}
+		return w.audit(e)
+	})
+	return e, err
+}
+
+// ResetViewer makes a viewer's next read a first read again (one feed, or
+// all when feed is empty), clearing its failures; its follow listing
+// starts over. A running daemon trusts its in-memory "complete" mark for
+// up to an hour.
+func (s *Store) ResetViewer(ctx context.Context, viewer syntax.DID, feed, user string, now time.Time) (AuditEntry, error) {
+	var e AuditEntry
+	err := s.write(ctx, func(w *txWriter) error {
+		id, found, err := w.existingActorID(viewer)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return ErrNothingToReset
+		}
+		q := `UPDATE viewers SET state = 'pending', attempts = 0, last_error = '', next_retry_us = 0,
+			claim_owner = '', claim_until_us = 0 WHERE actor_id = ?1`
+		args := []any{id}
+		target := string(viewer)
+		if feed != "" {
+			q += ` AND feed = ?2`
+			args = append(args, feed)
+			target += " " + feed
+		}
+		r, err := w.tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return fmt.Errorf("reset viewer: %w", err)
+		}
+		n, _ := r.RowsAffected()
+		if n == 0 {
+			return ErrNothingToReset
+		}
+		if _, err := w.tx.ExecContext(ctx, `
+			UPDATE listings SET complete = 0, cursor = '', page = 0, fetched = 0, round = round + 1,
+				attempts = 0, last_error = '', next_retry_us = 0, gone = 0
+			WHERE actor_id = ? AND collection_id IN (SELECT follow_collection_id FROM feed_targets)`, id); err != nil {
+			return fmt.Errorf("reset viewer follows listing: %w", err)
+		}
+		e = AuditEntry{Action: "reset viewer", Target: target, Old: fmt.Sprintf("%d feeds", n), New: "first read pending", User: user, At: now}
+		return w.audit(e)
+	})
+	return e, err
+}
+
+func (w *txWriter) audit(e AuditEntry) error {
+	_, err := w.tx.ExecContext(w.ctx, `
+		INSERT INTO audit (action, target, old_value, new_value, at_us, os_user) VALUES (?, ?, ?, ?, ?, ?)`,
+		e.Action, e.Target, e.Old, e.New, e.At.UnixMicro(), e.User)
+	if err != nil {
+		return fmt.Errorf("write audit: %w", err)
+	}
+	return nil
+}
+
+// Audit lists the audit log, newest first.
+func (s *Store) Audit(ctx context.Context, limit int) ([]AuditEntry, error) {
+	rows, err := s.reader.QueryContext(ctx, `
+		SELECT action, target, old_value, new_value, at_us, os_user FROM audit ORDER BY id DESC LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read audit: %w", err)
+	}
+	defer rows.Close()
+	var out []AuditEntry
+	for rows.Next() {
+		var e AuditEntry
+		var at int64
+		if err := rows.Scan(&e.Action, &e.Target, &e.Old, &e.New, &at, &e.User); err != nil {
+			return nil, err
+		}
+		e.At = time.UnixMicro(at)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// CursorReport is what `appview cursor show` prints.
+type CursorReport struct {
+	Jetstream  StreamCursor
+	Generation int64
+	Feeds      []FeedCount
+	Listings   []ListingCount
+	Failures   []ListingFailure
+	Sweep      SweepReport
+}
+
+// FeedCount counts one feed's viewers and items.
+type FeedCount struct {
+	Feed           string
+	Viewers, Items int64
+}
+
+// ListingCount summarises per-account backfill states of one kind.
+type ListingCount struct {
+	State string // complete, pending, failed, gone
+	Count int64
+}
+
+// ListingFailure is one failed listing with its last error.
+type ListingFailure struct {
+	Account, Collection, Error string
+	Attempts                   int
+	NextRetry                  time.Time
+}
+
+// SweepReport is where the sweep stands.
+type SweepReport struct {
+	CursorViewer int64
+	LastPassEnd  time.Time
+	LastPassLap  time.Duration
+	LastPassRows int64
+}
+
+// Report gathers the cursor report. It counts whole tables: an operator's
+// command, not a request path.
+func (s *Store) Report(ctx context.Context) (CursorReport, error) {
+	var r CursorReport
+	var err error
+	if r.Jetstream, r.Generation, err = readCursor(ctx, s.reader); err != nil {
+		return r, err
+	}
+	rows, err := s.reader.QueryContext(ctx, `
+		SELECT t.feed, (SELECT count(*) FROM viewers v WHERE v.feed = t.feed),
+			(SELECT count(*) FROM feed_items fi WHERE fi.target_id IN (SELECT id FROM feed_targets WHERE feed = t.feed))
+		FROM (SELECT DISTINCT feed FROM feed_targets WHERE enabled = 1) t ORDER BY t.feed`)
+	if err != nil {
+		return r, fmt.Errorf("count feeds: %w", err)
+	}
+	for rows.Next() {
+		var f FeedCount
+		if err := rows.Scan(&f.Feed, &f.Viewers, &f.Items); err != nil {
+			rows.Close()
+			return r, err
+		}
+		r.Feeds = append(r.Feeds, f)
+	}
+	rows.Close()
+	rows, err = s.reader.QueryContext(ctx, `
+		SELECT CASE WHEN complete = 1 THEN 'complete' WHEN gone = 1 THEN 'gone'
+			WHEN attempts > 0 THEN 'failed' ELSE 'pending' END AS state, count(*)
+		FROM listings GROUP BY state ORDER BY state`)
+	if err != nil {
+		return r, fmt.Errorf("count listings: %w", err)
+	}
+	for rows.Next() {
+		var c ListingCount
+		if err := rows.Scan(&c.State, &c.Count); err != nil {
+			rows.Close()
+			return r, err
+		}
+		r.Listings = append(r.Listings, c)
+	}
+	rows.Close()
+	rows, err = s.reader.QueryContext(ctx, `
+		SELECT a.did, c.nsid, l.last_error, l.attempts, l.next_retry_us FROM listings l
+		JOIN actors a ON a.id = l.actor_id JOIN collections c ON c.id = l.collection_id
+		WHERE l.complete = 0 AND l.attempts > 0 ORDER BY l.updated_us DESC LIMIT 10`)
+	if err != nil {
+		return r, fmt.Errorf("list failures: %w", err)
+	}
+	for rows.Next() {
+		var f ListingFailure
+		var next int64
+		if err := rows.Scan(&f.Account, &f.Collection, &f.Error, &f.Attempts, &next); err != nil {
+			rows.Close()
+			return r, err
+		}
+		f.NextRetry = fromMicros(next)
+		r.Failures = append(r.Failures, f)
+	}
+	rows.Close()
+	var end, lap int64
+	err = s.reader.QueryRowContext(ctx, `
+		SELECT cursor_viewer, last_pass_end_us, last_pass_lap_us, last_pass_rows FROM sweep_state WHERE id = 1`).
+		Scan(&r.Sweep.CursorViewer, &end, &lap, &r.Sweep.LastPassRows)
+	if err != nil {
+		return r, fmt.Errorf("read sweep state: %w", err)
+	}
+	r.Sweep.LastPassEnd = fromMicros(end)
+	r.Sweep.LastPassLap = time.Duration(lap) * time.Microsecond
+	return r, nil
+}

@@ -1,0 +1,65 @@
+package feeds
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Gap is a stretch of the stream the daemon can no longer get: its stored
+// cursor was older than the upstream's retention window at reconnect.
+type Gap struct {
+	Detected time.Time
+	CursorUS int64
+	Size     time.Duration
+}
+
+// RecordGap records a gap once per cursor position and marks every viewer
+// for a rebuild: its next read is a first read again (bounded by the
+// first-read admission like any other), and every account listing starts
+// a new round, so the posts that fell into the gap are fetched from the
+// PDSes lazily, viewer by viewer, never all at once. It reports false when
+// this cursor's gap was already recorded.
+func (s *Store) RecordGap(ctx context.Context, g Gap) (bool, error) {
+	recorded := false
+	err := s.write(ctx, func(w *txWriter) error {
+		var n int
+		if err := w.tx.QueryRowContext(ctx, `SELECT count(*) FROM gaps WHERE cursor_us = ?`, g.CursorUS).Scan(&n); err != nil {
+			return fmt.Errorf("check gaps: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+		for _, q := range []string{
+			`INSERT INTO gaps (detected_us, cursor_us, size_us) VALUES (?1, ?2, ?3)`,
+			`UPDATE viewers SET state = 'pending', attempts = 0, next_retry_us = 0 WHERE state = 'complete'`,
+			`UPDATE listings SET complete = 0, cursor = '', page = 0, fetched = 0, round = round + 1,
+				attempts = 0, next_retry_us = 0 WHERE complete = 1`,
+		} {
+			if _, err := w.tx.ExecContext(ctx, q, g.Detected.UnixMicro(), g.CursorUS, g.Size.Microseconds()); err != nil {
+				return fmt.Errorf("record gap: %w", err)
+			}
+		}
+		recorded = true
+		return nil
+	})
+	return recorded, err
+}
+
+// LastGap returns the newest recorded gap, if any.
+func (s *Store) LastGap(ctx context.Context) (Gap, bool, error) {
+	var g Gap
+	var det, size int64
+	err := s.reader.QueryRowContext(ctx, `SELECT detected_us, cursor_us, size_us FROM gaps ORDER BY id DESC LIMIT 1`).
+		Scan(&det, &g.CursorUS, &size)
+	if err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return Gap{}, false, nil
+		}
+		return Gap{}, false, err
+	}
+	g.Detected, g.Size = time.UnixMicro(det), time.Duration(size)*time.Microsecond
+	return g, true, nil
+}
