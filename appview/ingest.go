@@ -8,6 +8,7 @@ import (
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
+	"github.com/atfeeds/appview/failpoint"
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/jetstream"
 )
@@ -50,6 +51,10 @@ func (in *ingester) tick(ctx context.Context, mutated bool) (feeds.SweepResult, 
 // returns nil. A failed commit is our own state broken: it is returned and
 // stops the daemon.
 func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) error {
+	// Writes run to completion even when ctx ends: a transaction cut off
+	// by cancellation fails and would turn a clean shutdown into an error.
+	// ctx only decides when the loop stops; each write is short.
+	writeCtx := context.WithoutCancel(ctx)
 	batch := &feeds.Batch{Changes: make([]feeds.Change, 0, in.batchSize)}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -67,6 +72,7 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 		if err != nil {
 			return fmt.Errorf("ingest batch: %w", err)
 		}
+		failpoint.Hit(failpoint.IngestAfterCommit)
 		if res.CursorReset && in.restart != nil {
 			// The events still queued come from before the reset: drop
 			// them and read again from the reset position.
@@ -112,20 +118,20 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 					drained = true
 				}
 			}
-			return flush(context.WithoutCancel(ctx))
+			return flush(writeCtx)
 		case ev := <-events:
 			add(&ev)
 			if len(batch.Changes) >= in.batchSize {
-				if err := flush(ctx); err != nil {
+				if err := flush(writeCtx); err != nil {
 					return err
 				}
 			}
 		case <-timer.C:
-			if err := flush(ctx); err != nil {
+			if err := flush(writeCtx); err != nil {
 				return err
 			}
 		case <-idle.C:
-			res, err := in.tick(ctx, false)
+			res, err := in.tick(writeCtx, false)
 			if err != nil {
 				return err
 			}

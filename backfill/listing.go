@@ -9,6 +9,7 @@ import (
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
+	"github.com/atfeeds/appview/failpoint"
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/pds"
 )
@@ -97,10 +98,12 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		if done {
 			next.Complete, next.Attempts, next.LastError, next.NextRetry = true, 0, "", time.Time{}
 		}
+		failpoint.Hit(failpoint.BackfillBeforePage)
 		res, err := s.store.ApplyListingPage(ctx, &feeds.ListingPage{Account: account, Collection: coll, Records: records, To: next}, s.cfg.Now())
 		if err != nil {
 			return err
 		}
+		failpoint.Hit(failpoint.BackfillAfterPage)
 		run.Pages++
 		run.Written += res.Written
 		if res.Stale {
@@ -170,7 +173,7 @@ func (s *Service) parseRecord(coll syntax.NSID, r pds.Record) (feeds.ListedRecor
 	}
 	lr := feeds.ListedRecord{RKey: r.RKey, CID: r.CID, Value: r.Value}
 	if t, err := syntax.ParseDatetimeLenient(v.CreatedAt); err == nil {
-		lr.CreatedAtUS = t.Time().UnixMicro()
+		lr.CreatedAtUS = max(t.Time().UnixMicro(), 1) // 0 means "no date"; pre-epoch dates still sink
 	}
 	if s.isFollowCollection(coll) {
 		var subject string

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/failpoint"
 )
 
 // ApplyBatch applies a batch of changes and stores its cursor in one
@@ -36,6 +38,7 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 			return BatchResult{}, fmt.Errorf("apply %s %s/%s/%s: %w", c.Op, c.DID, c.Collection, c.RKey, err)
 		}
 	}
+	failpoint.Hit(failpoint.IngestBeforeCursor)
 	if b.Cursor.TimeUS > 0 {
 		reset, err := w.saveCursor(b.Cursor)
 		if err != nil {
@@ -43,6 +46,7 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 		}
 		w.res.CursorReset = reset
 	}
+	failpoint.Hit(failpoint.IngestBeforeCommit)
 	if err := w.commit(); err != nil {
 		return BatchResult{}, fmt.Errorf("commit batch: %w", err)
 	}
