@@ -21,6 +21,7 @@ type Config struct {
 	Ingest    IngestConfig    `yaml:"ingest"`
 	HTTP      HTTPConfig      `yaml:"http"`
 	XRPC      XRPCConfig      `yaml:"xrpc"`
+	Notify    NotifyConfig    `yaml:"notify"`
 	Log       LogConfig       `yaml:"log"`
 	Identity  IdentityConfig  `yaml:"identity"`
 	Backfill  BackfillConfig  `yaml:"backfill"`

@@ -35,6 +35,7 @@ func (c Config) Validate() error {
 	}
 	c.validateBackfill(fail)
 	c.validateSweep(fail)
+	c.validateNotify(fail)
 
 	js := c.Jetstream
 	if len(js.URLs) == 0 {

@@ -41,6 +41,7 @@ type Daemon struct {
 	ingest   *ingester
 	backfill *backfill.Service
 	server   *xrpc.Server
+	status   *statusPage
 	listener net.Listener
 	gaps     prometheus.Counter
 	now      func() time.Time
@@ -112,6 +113,9 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 	if !cfg.Ingest.IndexAll {
 		xcfg.Viewers = firstReads
 	}
+	wireNotify(&xcfg, cfg, store, dir, reg, log, firstReads.FollowsCreated)
+	status := newStatusPage(store, Version, log, time.Now)
+	xcfg.Status = status.Status
 	server := xrpc.NewServer(xcfg)
 
 	listener := opts.Listener
@@ -144,6 +148,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 			now:             time.Now,
 		},
 		server:   server,
+		status:   status,
 		listener: listener,
 		gaps:     gaps,
 		now:      time.Now,
@@ -192,6 +197,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { return named("ingest", d.ingest.Run(gctx, events)) })
 	g.Go(func() error { return named("backfill", d.backfill.Run(gctx)) })
+	g.Go(func() error { return named("status", d.status.Run(gctx)) })
 	g.Go(func() error { return named("http", d.server.Serve(d.listener)) })
 	g.Go(func() error {
 		<-gctx.Done()

@@ -169,41 +169,12 @@ func (s *Store) Audit(ctx context.Context, limit int) ([]AuditEntry, error) {
 	return out, rows.Err()
 }
 
-// CursorReport is what `appview cursor show` prints.
+// CursorReport is what `appview cursor show` prints: the stream cursor
+// with its generation, and the counts of the status page.
 type CursorReport struct {
 	Jetstream  StreamCursor
 	Generation int64
-	Feeds      []FeedCount
-	Listings   []ListingCount
-	Failures   []ListingFailure
-	Sweep      SweepReport
-}
-
-// FeedCount counts one feed's viewers and items.
-type FeedCount struct {
-	Feed           string
-	Viewers, Items int64
-}
-
-// ListingCount summarises per-account backfill states of one kind.
-type ListingCount struct {
-	State string // complete, pending, failed, gone
-	Count int64
-}
-
-// ListingFailure is one failed listing with its last error.
-type ListingFailure struct {
-	Account, Collection, Error string
-	Attempts                   int
-	NextRetry                  time.Time
-}
-
-// SweepReport is where the sweep stands.
-type SweepReport struct {
-	CursorViewer int64
-	LastPassEnd  time.Time
-	LastPassLap  time.Duration
-	LastPassRows int64
+	Counts
 }
 
 // Report gathers the cursor report. It counts whole tables: an operator's
@@ -214,64 +185,6 @@ func (s *Store) Report(ctx context.Context) (CursorReport, error) {
 	if r.Jetstream, r.Generation, err = readCursor(ctx, s.reader); err != nil {
 		return r, err
 	}
-	rows, err := s.reader.QueryContext(ctx, `
-		SELECT t.feed, (SELECT count(*) FROM viewers v WHERE v.feed = t.feed),
-			(SELECT count(*) FROM feed_items fi WHERE fi.target_id IN (SELECT id FROM feed_targets WHERE feed = t.feed))
-		FROM (SELECT DISTINCT feed FROM feed_targets WHERE enabled = 1) t ORDER BY t.feed`)
-	if err != nil {
-		return r, fmt.Errorf("count feeds: %w", err)
-	}
-	for rows.Next() {
-		var f FeedCount
-		if err := rows.Scan(&f.Feed, &f.Viewers, &f.Items); err != nil {
-			rows.Close()
-			return r, err
-		}
-		r.Feeds = append(r.Feeds, f)
-	}
-	rows.Close()
-	rows, err = s.reader.QueryContext(ctx, `
-		SELECT CASE WHEN complete = 1 THEN 'complete' WHEN gone = 1 THEN 'gone'
-			WHEN attempts > 0 THEN 'failed' ELSE 'pending' END AS state, count(*)
-		FROM listings GROUP BY state ORDER BY state`)
-	if err != nil {
-		return r, fmt.Errorf("count listings: %w", err)
-	}
-	for rows.Next() {
-		var c ListingCount
-		if err := rows.Scan(&c.State, &c.Count); err != nil {
-			rows.Close()
-			return r, err
-		}
-		r.Listings = append(r.Listings, c)
-	}
-	rows.Close()
-	rows, err = s.reader.QueryContext(ctx, `
-		SELECT a.did, c.nsid, l.last_error, l.attempts, l.next_retry_us FROM listings l
-		JOIN actors a ON a.id = l.actor_id JOIN collections c ON c.id = l.collection_id
-		WHERE l.complete = 0 AND l.attempts > 0 ORDER BY l.updated_us DESC LIMIT 10`)
-	if err != nil {
-		return r, fmt.Errorf("list failures: %w", err)
-	}
-	for rows.Next() {
-		var f ListingFailure
-		var next int64
-		if err := rows.Scan(&f.Account, &f.Collection, &f.Error, &f.Attempts, &next); err != nil {
-			rows.Close()
-			return r, err
-		}
-		f.NextRetry = fromMicros(next)
-		r.Failures = append(r.Failures, f)
-	}
-	rows.Close()
-	var end, lap int64
-	err = s.reader.QueryRowContext(ctx, `
-		SELECT cursor_viewer, last_pass_end_us, last_pass_lap_us, last_pass_rows FROM sweep_state WHERE id = 1`).
-		Scan(&r.Sweep.CursorViewer, &end, &lap, &r.Sweep.LastPassRows)
-	if err != nil {
-		return r, fmt.Errorf("read sweep state: %w", err)
-	}
-	r.Sweep.LastPassEnd = fromMicros(end)
-	r.Sweep.LastPassLap = time.Duration(lap) * time.Microsecond
-	return r, nil
+	r.Counts, err = s.Counts(ctx)
+	return r, err
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/atfeeds/appview/feeds"
@@ -70,6 +71,43 @@ type Config struct {
 	// Ready reports why the daemon cannot serve yet, or nil; /readyz
 	// answers 503 with the reason or 200. Nil means always ready.
 	Ready func(context.Context) error
+	// Notify, when set, serves POST /xrpc/<Namespace>.notifyOfUpdate
+	// behind NotifySecret (notify.go); nil answers it as an unknown method.
+	Notify       Notifier
+	NotifySecret string
+	// Status, when set, serves GET /status with the JSON encoding of what
+	// it returns (statuspage.go).
+	Status func(context.Context) (any, error)
+	// Timeouts bound how long a client may hold a connection; the zero
+	// value keeps the defaults. Tests shorten them.
+	Timeouts Timeouts
+}
+
+// Timeouts are the http.Server's timeouts. A zero field takes its default:
+// ReadHeader 5s, Read 10s, Write 15s, Idle 60s.
+type Timeouts struct {
+	// ReadHeader bounds the request line and headers together, so a client
+	// that dribbles header bytes (slowloris) is cut off.
+	ReadHeader time.Duration
+	// Read bounds the whole request, body included.
+	Read time.Duration
+	// Write bounds the response, from the end of the request headers.
+	Write time.Duration
+	// Idle bounds a keep-alive connection between requests.
+	Idle time.Duration
+}
+
+func (t Timeouts) withDefaults() Timeouts {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&t.ReadHeader, 5*time.Second)
+	def(&t.Read, 10*time.Second)
+	def(&t.Write, 15*time.Second)
+	def(&t.Idle, 60*time.Second)
+	return t
 }
 
 // Validate reports the first problem with cfg, naming the field.
@@ -79,6 +117,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.Reader == nil {
 		return errors.New("reader: must be set")
+	}
+	if err := cfg.validateNotify(); err != nil {
+		return err
 	}
 	seen := make(map[string]bool, len(cfg.Feeds))
 	for i, f := range cfg.Feeds {
@@ -111,12 +152,15 @@ type Server struct {
 	feeds   map[string]FeedSpec
 	version string
 	metrics *metrics
+	notify  *notifyMethod // nil when notifyOfUpdate is disabled
 
 	// getFeedPath is the full request path of getFeed, "/xrpc/<ns>.getFeed".
 	getFeedPath string
 
 	echo *echo.Echo
 	http *http.Server
+	// silent holds connections that have not sent a whole request yet.
+	silent silentConns
 }
 
 const (
@@ -146,6 +190,7 @@ func NewServer(cfg Config) *Server {
 		version:     cfg.Version,
 		metrics:     newMetrics(cfg.Registerer),
 		getFeedPath: xrpcPrefix + cfg.Namespace + "." + getFeedName,
+		notify:      newNotifyMethod(cfg),
 	}
 	for _, f := range cfg.Feeds {
 		s.feeds[f.Name] = f
@@ -163,23 +208,67 @@ func NewServer(cfg Config) *Server {
 	e.Any("/xrpc/*", s.dispatch)
 	e.GET(readyPath, readyHandler(cfg.Ready))
 	e.GET(lexiconRoute, lexiconHandler(cfg.Namespace))
+	if cfg.Status != nil {
+		e.GET(statusPath, statusHandler(cfg.Status))
+	}
 	if cfg.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
 	}
 	s.echo = e
 
+	timeouts := cfg.Timeouts.withDefaults()
 	s.http = &http.Server{
 		Handler:           e,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       60 * time.Second,
+		ReadHeaderTimeout: timeouts.ReadHeader,
+		ReadTimeout:       timeouts.Read,
+		WriteTimeout:      timeouts.Write,
+		IdleTimeout:       timeouts.Idle,
 		// Large enough that an absurd query string (a 100 KB actor) reaches
 		// the router and gets an XRPC error instead of a bare 431.
 		MaxHeaderBytes: 256 << 10,
 		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ConnState:      s.silent.track,
 	}
+	s.http.RegisterOnShutdown(s.silent.closeAll)
 	return s
+}
+
+// silentConns tracks connections in http.StateNew. http.Server.Shutdown
+// waits for such a connection until it has been silent for more than 5s,
+// so one client that connects and says nothing would make every graceful
+// shutdown run into its deadline. At shutdown they are closed at once:
+// they carry no request a handler has seen.
+type silentConns struct {
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{}
+	shutdown bool
+}
+
+func (sc *silentConns) track(c net.Conn, st http.ConnState) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if st != http.StateNew {
+		delete(sc.conns, c)
+		return
+	}
+	if sc.shutdown {
+		c.Close()
+		return
+	}
+	if sc.conns == nil {
+		sc.conns = make(map[net.Conn]struct{})
+	}
+	sc.conns[c] = struct{}{}
+}
+
+func (sc *silentConns) closeAll() {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.shutdown = true
+	for c := range sc.conns {
+		c.Close()
+	}
+	clear(sc.conns)
 }
 
 // Handler returns the HTTP handler, for tests and for callers that run
@@ -219,6 +308,9 @@ func (s *Server) routeOf(path string) route {
 	case healthPath:
 		return routeHealth
 	}
+	if s.notify.matches(path) {
+		return routeNotify
+	}
 	return routeOther
 }
 
@@ -234,6 +326,9 @@ func (s *Server) dispatch(c echo.Context) error {
 		h = s.getFeed
 	case routeHealth:
 		h = s.health
+	case routeNotify:
+		// A procedure: POST with a body, checked by the method itself.
+		return s.notify.serve(c)
 	default:
 		return &Error{
 			Status:  http.StatusNotImplemented,
@@ -248,6 +343,12 @@ func (s *Server) dispatch(c echo.Context) error {
 			Name:    "MethodNotAllowed",
 			Message: "XRPC queries must use GET",
 		}
+	}
+	// A query has no body. One that comes with a body is a confused (or
+	// smuggling) client: refuse it rather than answer as if it were not
+	// there. The handler never reads it; net/http discards what it can.
+	if r.ContentLength != 0 && r.Body != http.NoBody {
+		return invalidRequest("a request body was provided when none was expected")
 	}
 	return h(c)
 }

@@ -1,0 +1,280 @@
+package appview
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/atfeeds/appview/backfill"
+	"github.com/atfeeds/appview/directory"
+	"github.com/atfeeds/appview/egress"
+	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/pds"
+	"github.com/atfeeds/appview/xrpc"
+)
+
+const (
+	// notifyFetchTimeout bounds the resolving and fetching of one call's
+	// records, and notifyApplyTimeout its write, so that the answer leaves
+	// before the HTTP server's write timeout (15 s).
+	notifyFetchTimeout = 9 * time.Second
+	notifyApplyTimeout = 4 * time.Second
+	// notifyConcurrency bounds the records of one call fetched at once.
+	notifyConcurrency = 8
+)
+
+// notifier implements notifyOfUpdate (xrpc.Notifier): for each URI it
+// reads what the store holds, resolves the author's PDS, fetches the
+// record with getRecord (a missing record is a delete), and applies every
+// fetched record in one transaction through the store's ingest path
+// (feeds.Store.ApplyNotified explains how records without a rev stay
+// idempotent and never override newer Jetstream data). The write counts
+// as an ingest tick for the prune sweep, and the follows it creates get
+// their followees' backlog fetched as on the stream.
+type notifier struct {
+	store    *feeds.Store
+	resolver backfill.Resolver
+	pds      *pds.Client
+	follows  map[syntax.NSID]bool
+	log      *slog.Logger
+	outcomes *prometheus.CounterVec
+	// afterCommit, when set, is told about every committed write.
+	afterCommit func(feeds.BatchResult)
+	now         func() time.Time
+}
+
+// wireNotify serves notifyOfUpdate from xcfg's server when the config
+// enables it. It shares the directory (and its cache) with the backfill,
+// and hands the follows it creates to followsCreated, as the ingester does.
+func wireNotify(xcfg *xrpc.Config, cfg Config, store *feeds.Store, dir backfill.Resolver,
+	reg prometheus.Registerer, log *slog.Logger, followsCreated func([]feeds.FollowEdge)) {
+	if !cfg.Notify.Enabled {
+		return
+	}
+	httpc := egress.NewClient(egress.Options{
+		AllowPrivateNetworks: cfg.Identity.AllowPrivateNetworks,
+		Timeout:              cfg.Backfill.RequestTimeout,
+		UserAgent:            "atfeeds-appview/" + Version,
+	})
+	n := &notifier{
+		store:    store,
+		resolver: dir,
+		pds:      pds.NewClient(httpc, pds.Options{Timeout: cfg.Backfill.RequestTimeout}),
+		follows:  map[syntax.NSID]bool{},
+		log:      log.With("component", "notify"),
+		afterCommit: func(res feeds.BatchResult) {
+			if len(res.NewFollows) > 0 {
+				followsCreated(res.NewFollows)
+			}
+		},
+		now: time.Now,
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "appview", Subsystem: "notify", Name: "records_total",
+			Help: "Records handled by notifyOfUpdate, by outcome: written, unchanged, deleted, absent, superseded (the stream stored a newer version meanwhile), or the per-URI error in snake case.",
+		}, []string{"outcome"}),
+	}
+	for _, c := range cfg.FollowCollections() {
+		n.follows[syntax.NSID(c)] = true
+	}
+	reg.MustRegister(n.outcomes)
+	xcfg.Notify, xcfg.NotifySecret = n, cfg.Notify.Secret
+}
+
+// notifyItem is one URI on its way through a call.
+type notifyItem struct {
+	uri     syntax.ATURI
+	rec     feeds.Notified
+	err     *xrpc.NotifyError
+	outcome feeds.NotifyOutcome
+	stored  bool
+}
+
+// NotifyOfUpdate implements xrpc.Notifier.
+func (n *notifier) NotifyOfUpdate(ctx context.Context, uris []syntax.ATURI) (xrpc.NotifyResult, error) {
+	items := make([]notifyItem, len(uris))
+	fctx, cancel := context.WithTimeout(ctx, notifyFetchTimeout)
+	var (
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, notifyConcurrency)
+		mu    sync.Mutex
+		fatal error
+	)
+	for i, u := range uris {
+		items[i].uri = u
+		wg.Add(1)
+		go func(it *notifyItem) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := n.fetch(fctx, it); err != nil {
+				mu.Lock()
+				fatal = errors.Join(fatal, err)
+				mu.Unlock()
+			}
+		}(&items[i])
+	}
+	wg.Wait()
+	cancel()
+	if fatal != nil {
+		return xrpc.NotifyResult{}, fatal
+	}
+
+	var recs []feeds.Notified
+	for i := range items {
+		if items[i].err == nil {
+			recs = append(recs, items[i].rec)
+		}
+	}
+	if len(recs) > 0 {
+		// A client that hangs up after the fetch does not abort the write.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), notifyApplyTimeout)
+		defer cancel()
+		results, res, err := n.store.ApplyNotified(actx, recs)
+		if err != nil {
+			return xrpc.NotifyResult{}, err
+		}
+		if n.afterCommit != nil {
+			n.afterCommit(res)
+		}
+		if res.Applied > 0 {
+			// An ingest tick: a fan-out grew feeds the sweep must trim.
+			if _, err := n.store.SweepTick(actx, feeds.Tick{Now: n.now(), Mutated: res.MutatedFeeds()}); err != nil {
+				n.log.Error("sweep tick after notifyOfUpdate", "err", err)
+			}
+		}
+		j := 0
+		for i := range items {
+			if items[i].err == nil {
+				items[i].outcome, items[i].stored = results[j].Outcome, results[j].Stored
+				if items[i].outcome == feeds.NotifyOutOfScope {
+					items[i].err = notInScope(items[i].uri, items[i].rec.Collection)
+				}
+				j++
+			}
+		}
+	}
+
+	var out xrpc.NotifyResult
+	for i := range items {
+		it := &items[i]
+		switch {
+		case it.err != nil:
+			out.Errors = append(out.Errors, *it.err)
+			n.outcomes.WithLabelValues(snakeCase(it.err.Error)).Inc()
+			continue
+		case it.stored:
+			out.Indexed = append(out.Indexed, it.uri.String())
+		default:
+			out.Deleted = append(out.Deleted, it.uri.String())
+		}
+		n.outcomes.WithLabelValues(it.outcome.String()).Inc()
+	}
+	return out, nil
+}
+
+// fetch fills it.rec, or it.err for a per-URI failure. An error return is
+// the daemon's own failure (the database read).
+func (n *notifier) fetch(ctx context.Context, it *notifyItem) error {
+	fail := func(name, msg string) error {
+		it.err = &xrpc.NotifyError{URI: it.uri.String(), Error: name, Message: msg}
+		return nil
+	}
+	did, err := it.uri.Authority().AsDID()
+	if err != nil {
+		return fail(xrpc.NotifyErrInvalidURI, "the authority must be a DID")
+	}
+	coll, rkey := it.uri.Collection(), it.uri.RecordKey()
+	if coll == "" || rkey == "" || it.uri.String() != "at://"+did.String()+"/"+coll.String()+"/"+rkey.String() {
+		return fail(xrpc.NotifyErrInvalidURI, "not a record URI: at://<did>/<collection>/<rkey>")
+	}
+	key := feeds.RecordKey{DID: did, Collection: coll, RKey: rkey}
+	before, err := n.store.LookupRecord(ctx, key, n.now())
+	switch {
+	case errors.Is(err, feeds.ErrUnknownLane):
+		return fail(xrpc.NotifyErrUnsupportedCollection, "no feed uses "+coll.String())
+	case err != nil && ctx.Err() != nil:
+		return fail(xrpc.NotifyErrUpstreamFailure, "timed out")
+	case err != nil:
+		return err
+	case !before.InScope:
+		it.err = notInScope(it.uri, coll)
+		return nil
+	}
+	ident, err := n.resolver.LookupDID(ctx, did)
+	switch {
+	case errors.Is(err, directory.ErrNotFound), errors.Is(err, directory.ErrInvalidDocument), errors.Is(err, directory.ErrForbiddenPDS):
+		return fail(xrpc.NotifyErrAccountNotFound, err.Error())
+	case err != nil:
+		return fail(xrpc.NotifyErrUpstreamFailure, err.Error())
+	}
+	it.rec = feeds.Notified{RecordKey: key, Before: before}
+	rec, err := n.pds.GetRecord(ctx, ident.PDS, did, coll, rkey)
+	switch pds.KindOf(err) {
+	case 0:
+		if err != nil {
+			return fail(xrpc.NotifyErrUpstreamFailure, err.Error())
+		}
+	case pds.KindNotFound:
+		return nil // a delete
+	case pds.KindRepoGone:
+		return fail(xrpc.NotifyErrAccountNotFound, err.Error())
+	case pds.KindBadResponse:
+		return fail(xrpc.NotifyErrInvalidRecord, err.Error())
+	default:
+		return fail(xrpc.NotifyErrUpstreamFailure, err.Error())
+	}
+	if rec.CID == "" {
+		return fail(xrpc.NotifyErrInvalidRecord, "the PDS sent the record without its cid")
+	}
+	var v struct {
+		Subject   json.RawMessage `json:"subject"`
+		CreatedAt string          `json:"createdAt"`
+	}
+	if err := json.Unmarshal(rec.Value, &v); err != nil {
+		return fail(xrpc.NotifyErrInvalidRecord, "record: "+err.Error())
+	}
+	it.rec.Present, it.rec.CID, it.rec.Record = true, rec.CID, rec.Value
+	if t, err := syntax.ParseDatetimeLenient(v.CreatedAt); err == nil {
+		it.rec.CreatedAtUS = t.Time().UnixMicro()
+	}
+	if n.follows[coll] {
+		// As the stream decoder does: a follow's subject is a DID string.
+		var subject string
+		if json.Unmarshal(v.Subject, &subject) != nil {
+			return fail(xrpc.NotifyErrInvalidRecord, "a follow record needs a string subject")
+		}
+		if it.rec.Subject, err = syntax.ParseDID(subject); err != nil {
+			return fail(xrpc.NotifyErrInvalidRecord, "the follow's subject is not a DID")
+		}
+	}
+	return nil
+}
+
+func notInScope(u syntax.ATURI, coll syntax.NSID) *xrpc.NotifyError {
+	return &xrpc.NotifyError{URI: u.String(), Error: xrpc.NotifyErrNotInScope,
+		Message: fmt.Sprintf("no viewer of this appview needs this account's %s records", coll)}
+}
+
+// snakeCase turns an error name (UpstreamFailure) into a metric label
+// (upstream_failure).
+func snakeCase(name string) string {
+	var b strings.Builder
+	for i, r := range name {
+		if r >= 'A' && r <= 'Z' {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
