@@ -150,5 +150,6 @@ func datetimeUS(raw string) int64 {
 	if t.IsZero() {
 		return 0
 	}
-	return t.UnixMicro()
+	// 0 means "no date"; a record dated at or before the epoch still sinks.
+	return max(t.UnixMicro(), 1)
 }
