@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/atfeeds/appview/appview"
+	"github.com/atfeeds/appview/workload"
+	"github.com/atfeeds/appview/workload/replay"
+)
+
+// bench is one run: the workload, its frame logs, the fake Jetstream and
+// the daemon under test, all in this process (the getFeed clients are not).
+type bench struct {
+	o      options
+	out    io.Writer // the report
+	w      *workload.Workload
+	dir    string // frame logs, and the database unless -db
+	tmpDir bool   // dir was created here and is removed at exit
+	dbPath string
+
+	playlist *replay.Playlist
+	server   *replay.Server
+	daemon   *appview.Daemon
+	cfg      appview.Config
+	base     string // http://host:port of the daemon
+	logs     *logCounter
+	stop     context.CancelFunc
+	runErr   chan error
+
+	gen    generated
+	stream *workload.Stream // the main stream, positioned after the logged frames
+}
+
+func newBench(o options, out io.Writer) (*bench, error) {
+	cfg := workload.DefaultConfig()
+	cfg.Seed, cfg.Accounts, cfg.Viewers, cfg.Follows = o.seed, o.accounts, o.viewers, o.follows
+	w, err := workload.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(o.dir, "appview-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("make work dir: %w", err)
+	}
+	b := &bench{o: o, out: out, w: w, dir: dir, tmpDir: !o.keep, dbPath: o.db}
+	if b.dbPath == "" {
+		b.dbPath = filepath.Join(dir, "appview.db")
+	}
+	return b, nil
+}
+
+func (b *bench) cleanup() {
+	if b.tmpDir {
+		os.RemoveAll(b.dir)
+	} else {
+		fmt.Fprintf(b.out, "kept %s\n", b.dir)
+	}
+}
+
+// tail is how many frames follow the timed ones in the main log, so that
+// the last timed frame is committed by a full batch rather than by the
+// batch timer after the stream goes quiet.
+func (b *bench) tail() int { return 2 * b.daemonConfig().Ingest.BatchSize }
+
+func (b *bench) run(ctx context.Context) error {
+	fmt.Fprintf(b.out, "workload: %d accounts, %d viewers × %d follows (mean), %d events, seed %d; compress=%v; GOMAXPROCS=%d\n",
+		b.o.accounts, b.o.viewers, b.o.follows, b.o.events, b.o.seed, b.o.compress, numCPU())
+	if b.o.phase == "read" {
+		// Reuse the database of an earlier ingest run; the live stream
+		// continues where that run's log ended.
+		start := time.Now()
+		b.stream = b.w.Stream()
+		for range b.o.events + b.tail() {
+			b.stream.Next()
+		}
+		fmt.Fprintf(b.out, "skipped the %d logged frames in %.1fs\n", b.o.events+b.tail(), time.Since(start).Seconds())
+		if err := b.start(ctx, replay.NewPlaylist()); err != nil {
+			return err
+		}
+		defer b.shutdown()
+		if _, err := b.readPhase(ctx); err != nil {
+			return err
+		}
+		return b.reportStorage(ctx)
+	}
+
+	if err := b.generate(); err != nil {
+		return err
+	}
+	seed, err := os.Open(b.gen.seedPath)
+	if err != nil {
+		return err
+	}
+	defer seed.Close()
+	if err := b.start(ctx, replay.NewPlaylist(replay.Log(seed))); err != nil {
+		return err
+	}
+	defer b.shutdown()
+	if _, err := b.ingestPhase(ctx); err != nil {
+		return err
+	}
+	if err := b.reportStorage(ctx); err != nil {
+		return err
+	}
+	if b.o.phase == "all" {
+		if _, err := b.readPhase(ctx); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(b.out, "\npeak RSS of the whole run (VmHWM since the seed phase ended): %.0f MiB\n", float64(procStatus("VmHWM"))/(1<<20))
+	return nil
+}
+
+func (b *bench) daemonConfig() appview.Config {
+	cfg := appview.DefaultConfig()
+	cfg.Database.Path = b.dbPath
+	cfg.Jetstream.Compression = b.o.compress
+	cfg.Ingest.IndexAll = true
+	if b.o.batchSize > 0 {
+		cfg.Ingest.BatchSize = b.o.batchSize
+	}
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.Log.Level = b.o.logLevel
+	return cfg
+}
+
+// start runs the fake Jetstream on playlist and the daemon against it.
+func (b *bench) start(ctx context.Context, playlist *replay.Playlist) error {
+	level := slog.LevelWarn
+	if err := level.UnmarshalText([]byte(b.o.logLevel)); err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	b.logs = newLogCounter(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	logger := slog.New(b.logs)
+
+	b.playlist = playlist
+	srv, err := replay.NewServer(playlist, logger)
+	if err != nil {
+		return fmt.Errorf("start fake jetstream: %w", err)
+	}
+	b.server = srv
+	b.cfg = b.daemonConfig()
+	b.cfg.Jetstream.URLs = []string{srv.URL()}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	d, err := appview.Build(ctx, b.cfg, appview.Options{Logger: logger, Listener: l})
+	if err != nil {
+		l.Close()
+		return fmt.Errorf("build daemon: %w", err)
+	}
+	b.daemon = d
+	b.base = "http://" + d.Addr().String()
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	b.stop = stop
+	b.runErr = make(chan error, 1)
+	go func() { b.runErr <- d.Run(runCtx) }()
+	return nil
+}
+
+// shutdown stops the daemon as `appview serve` does, then the server.
+func (b *bench) shutdown() {
+	if b.daemon == nil {
+		return
+	}
+	b.stop()
+	select {
+	case err := <-b.runErr:
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "daemon run:", err)
+		}
+	case <-time.After(30 * time.Second):
+		fmt.Fprintln(os.Stderr, "daemon did not stop within 30s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := b.daemon.Close(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "daemon close:", err)
+	}
+	b.server.Close()
+	b.daemon = nil
+}
+
+// errDaemonStopped is returned when the daemon's Run ends during a phase.
+var errDaemonStopped = errors.New("daemon stopped")
+
+// waitCursor polls the committed cursor every few milliseconds until it
+// reaches timeUS, calling tick with each reading. It fails if the daemon
+// stops or the cursor does not move for a minute.
+func (b *bench) waitCursor(ctx context.Context, timeUS int64, tick func(cursor int64)) error {
+	last, moved := int64(0), time.Now()
+	for {
+		c := b.daemon.Store().Cursor().TimeUS
+		if tick != nil {
+			tick(c)
+		}
+		if c >= timeUS {
+			return nil
+		}
+		if c != last {
+			last, moved = c, time.Now()
+		} else if time.Since(moved) > time.Minute {
+			return fmt.Errorf("cursor stuck at %d for a minute (want %d)", c, timeUS)
+		}
+		select {
+		case err := <-b.runErr:
+			b.daemon = nil
+			return fmt.Errorf("%w: %v", errDaemonStopped, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/atfeeds/appview/workload"
+)
+
+// generated describes the frame logs written before the daemon starts.
+type generated struct {
+	seedPath, mainPath string
+	seedFrames         int
+	seedLastUS         int64
+	// ends[k] is the index one past the last frame of tenth k, and
+	// boundaries[k] the largest time_us among frames before it: once the
+	// committed cursor reaches it, the tenth is applied.
+	ends       [10]int
+	boundaries [10]int64
+	kinds      map[workload.Kind]int
+	bytes      int64
+}
+
+// generate writes the seeding stream and the main stream (the timed
+// frames plus a tail) to frame logs. The main stream is kept, positioned
+// after the logged frames, for the read phase's live ingest.
+func (b *bench) generate() error {
+	start := time.Now()
+	g := &b.gen
+	g.seedPath = filepath.Join(b.dir, "seed.frames")
+	g.mainPath = filepath.Join(b.dir, "main.frames")
+	g.kinds = map[workload.Kind]int{}
+
+	err := writeLog(g.seedPath, func(lw *workload.LogWriter) error {
+		graph := b.w.Graph()
+		for f, ok := graph.Next(); ok; f, ok = graph.Next() {
+			if err := lw.Write(f); err != nil {
+				return err
+			}
+			g.seedLastUS = f.TimeUS
+		}
+		g.seedFrames = graph.Count()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+
+	n := b.o.events
+	for k := range g.ends {
+		g.ends[k] = (k + 1) * n / 10
+	}
+	b.stream = b.w.Stream()
+	err = writeLog(g.mainPath, func(lw *workload.LogWriter) error {
+		var maxUS int64
+		k := 0
+		for i := range n + b.tail() {
+			f := b.stream.Next()
+			if err := lw.Write(f); err != nil {
+				return err
+			}
+			if i >= n {
+				continue
+			}
+			maxUS = max(maxUS, f.TimeUS)
+			g.kinds[f.Kind]++
+			g.bytes += int64(len(f.Data))
+			if i+1 == g.ends[k] {
+				g.boundaries[k] = maxUS
+				k++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(b.out, "generated %d seed follows and %d+%d stream frames (mean %d bytes) in %.1fs\n",
+		g.seedFrames, n, b.tail(), g.bytes/int64(n), time.Since(start).Seconds())
+	fmt.Fprint(b.out, "  stream mix:")
+	for _, k := range workload.Kinds() {
+		if c := g.kinds[k]; c > 0 {
+			fmt.Fprintf(b.out, " %s %.2f%%", k, 100*float64(c)/float64(n))
+		}
+	}
+	fmt.Fprintln(b.out)
+	return nil
+}
+
+func writeLog(path string, fill func(*workload.LogWriter) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create frame log: %w", err)
+	}
+	lw := workload.NewLogWriter(f)
+	if err := fill(lw); err != nil {
+		f.Close()
+		return err
+	}
+	if err := lw.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/atfeeds/appview/workload/replay"
+)
+
+// tenth is one tenth of the timed stream, as the committed cursor passed
+// its last frame.
+type tenth struct {
+	events    int
+	seconds   float64
+	fanout    float64 // feed rows written by fan-out during the tenth
+	rssBytes  int64   // VmRSS when the tenth was committed
+	doneAtSec float64
+}
+
+type ingestResult struct {
+	tenths        [10]tenth
+	seconds       float64
+	fanoutRows    float64
+	peakRSS       int64
+	seedSeconds   float64
+	seedPeakRSS   int64
+	reconnections int64
+}
+
+// ingestPhase plays the seed graph (not timed), then the main stream, and
+// times each tenth of it from the committed cursor.
+func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
+	var res ingestResult
+	seedStart := time.Now()
+	if err := b.waitCursor(ctx, b.gen.seedLastUS, nil); err != nil {
+		return res, fmt.Errorf("seed phase: %w", err)
+	}
+	res.seedSeconds = time.Since(seedStart).Seconds()
+	res.seedPeakRSS = procStatus("VmHWM")
+	fmt.Fprintf(b.out, "\nseed graph: %d follow creates applied in %.1fs (%.0f events/s, not part of the figures below); peak RSS %.0f MiB\n",
+		b.gen.seedFrames, res.seedSeconds, float64(b.gen.seedFrames)/res.seedSeconds, float64(res.seedPeakRSS)/(1<<20))
+
+	main, err := os.Open(b.gen.mainPath)
+	if err != nil {
+		return res, err
+	}
+	defer main.Close()
+	if b.o.cpuProfile != "" {
+		f, err := os.Create(b.o.cpuProfile)
+		if err != nil {
+			return res, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return res, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	resetPeakRSS()
+	metrics, err := scrape(ctx, b.base)
+	if err != nil {
+		return res, err
+	}
+	fanout0 := metrics.sum(`appview_feed_rows_total{operation="fanout"}`)
+	lastFanout, lastT := fanout0, 0.0
+	fmt.Fprintf(b.out, "\ningest: %d events (the mix above) through websocket → decode → batch → SQLite → fan-out → cursor\n", b.o.events)
+	fmt.Fprintf(b.out, "%-7s %9s %8s %10s %14s %8s\n", "tenth", "events", "seconds", "events/s", "fanout rows/s", "RSS MiB")
+	start := time.Now()
+	b.playlist.Add(replay.Log(main))
+
+	k := 0
+	var tickErr error
+	err = b.waitCursor(ctx, b.gen.boundaries[9], func(cursor int64) {
+		for k < 10 && cursor >= b.gen.boundaries[k] {
+			now := time.Since(start).Seconds()
+			m, err := scrape(ctx, b.base)
+			if err != nil {
+				tickErr = err
+			}
+			fanout := m.sum(`appview_feed_rows_total{operation="fanout"}`)
+			prevEnd := 0
+			if k > 0 {
+				prevEnd = b.gen.ends[k-1]
+			}
+			res.tenths[k] = tenth{
+				events:    b.gen.ends[k] - prevEnd,
+				seconds:   now - lastT,
+				fanout:    fanout - lastFanout,
+				rssBytes:  procStatus("VmRSS"),
+				doneAtSec: now,
+			}
+			lastFanout, lastT = fanout, now
+			t := res.tenths[k]
+			fmt.Fprintf(b.out, "%-7d %9d %8.2f %10.0f %14.0f %8.0f\n", k+1, t.events, t.seconds,
+				float64(t.events)/t.seconds, t.fanout/t.seconds, float64(t.rssBytes)/(1<<20))
+			k++
+		}
+	})
+	if err != nil {
+		return res, fmt.Errorf("ingest phase: %w", err)
+	}
+	if tickErr != nil {
+		return res, tickErr
+	}
+	res.seconds = lastT
+	res.fanoutRows = lastFanout - fanout0
+	res.peakRSS = procStatus("VmHWM")
+	res.reconnections = b.server.Connections() - 1
+	b.printIngest(res)
+	return res, nil
+}
+
+func (b *bench) printIngest(res ingestResult) {
+	first := float64(res.tenths[0].events) / res.tenths[0].seconds
+	last := float64(res.tenths[9].events) / res.tenths[9].seconds
+	fmt.Fprintf(b.out, "overall: %.0f events/s over %.1fs; last tenth / first tenth = %.0f%%\n",
+		float64(b.o.events)/res.seconds, res.seconds, 100*last/first)
+	fmt.Fprintf(b.out, "fan-out: %.0f rows in total, %.0f rows/s (appview_feed_rows_total{operation=\"fanout\"})\n",
+		res.fanoutRows, res.fanoutRows/res.seconds)
+	fmt.Fprintf(b.out, "peak RSS during the timed ingest (VmHWM, reset when it started): %.0f MiB\n", float64(res.peakRSS)/(1<<20))
+	if res.reconnections > 0 {
+		fmt.Fprintf(b.out, "WARNING: the daemon reconnected %d times; frames in flight were lost and the figures are not valid\n", res.reconnections)
+	}
+	if n := b.logs.warnings.Load(); n > 0 {
+		fmt.Fprintf(b.out, "daemon logged %d warnings or errors (%d mention \"locked\")\n", n, b.logs.locked.Load())
+	}
+}

@@ -1,0 +1,111 @@
+// Command appview-bench runs the appview daemon end to end against a local
+// fake Jetstream serving a generated workload, and prints what issue 7
+// asks to measure: ingest events/s per tenth of the stream, fan-out rows/s,
+// getFeed latency and throughput from a separate client process while
+// ingest runs at a throttled rate, peak RSS, and bytes per feed item.
+//
+// The default run is small (about half a minute). The full-size run:
+//
+//	go build -o /tmp/appview-bench ./cmd/appview-bench
+//	/tmp/appview-bench -accounts 100000 -viewers 10000 -follows 200 -events 1000000 -read-duration 30s
+//
+// See docs/benchmarks.md for the figures and how to read them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	accounts, viewers, follows, events int
+	seed                               uint64
+	compress                           bool
+	phase                              string
+	db                                 string
+	dir                                string
+	keep                               bool
+	batchSize                          int
+	readDuration, warmup               time.Duration
+	readClients                        int
+	readRate                           float64
+	limit                              int
+	cpuProfile                         string
+	logLevel                           string
+
+	// client mode: the getFeed load generator, run as a child process
+	client    bool
+	target    string
+	namespace string
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.accounts, "accounts", 10_000, "accounts in the workload")
+	flag.IntVar(&o.viewers, "viewers", 1_000, "viewers: accounts that follow others (their feeds are kept)")
+	flag.IntVar(&o.follows, "follows", 50, "mean follows per viewer in the seed graph")
+	flag.IntVar(&o.events, "events", 100_000, "frames in the timed ingest stream")
+	flag.Uint64Var(&o.seed, "seed", 1, "workload seed")
+	flag.BoolVar(&o.compress, "compress", false, "ask for permessage-deflate (the fake server compresses in this process, so the cost shown is both sides')")
+	flag.StringVar(&o.phase, "phase", "all", "ingest, read or all; read needs -db from an earlier ingest run with the same workload flags")
+	flag.StringVar(&o.db, "db", "", "database path (default: a temporary file, removed at exit); kept when set")
+	flag.StringVar(&o.dir, "dir", "", "directory for the frame logs and the temporary database (default: the system temp dir)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the frame logs and the temporary database")
+	flag.IntVar(&o.batchSize, "batch-size", 0, "override ingest.batch_size (default: the daemon's)")
+	flag.DurationVar(&o.readDuration, "read-duration", 5*time.Second, "how long the getFeed clients measure")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "getFeed client warm-up before measuring")
+	flag.IntVar(&o.readClients, "read-clients", 8, "concurrent getFeed clients")
+	flag.Float64Var(&o.readRate, "read-rate", 1000, "ingest rate (events/s) while the clients read")
+	flag.IntVar(&o.limit, "limit", 50, "getFeed page size")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed ingest to this file")
+	flag.StringVar(&o.logLevel, "log-level", "error", "daemon log level (warnings are counted either way; the malformed frames make some)")
+	flag.BoolVar(&o.client, "client", false, "run as the getFeed client process (used by the read phase)")
+	flag.StringVar(&o.target, "target", "", "client mode: base URL of the daemon")
+	flag.StringVar(&o.namespace, "namespace", "", "client mode: XRPC namespace")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if o.client {
+		err = runClient(ctx, o, os.Stdout)
+	} else {
+		err = run(ctx, o, os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "appview-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options, out io.Writer) error {
+	switch o.phase {
+	case "ingest", "read", "all":
+	default:
+		return fmt.Errorf("-phase: %q: want ingest, read or all", o.phase)
+	}
+	if o.phase == "read" {
+		if o.db == "" {
+			return errors.New("-phase read needs -db, the database of an earlier -phase ingest run")
+		}
+		if _, err := os.Stat(o.db); err != nil {
+			return fmt.Errorf("-phase read: %w", err)
+		}
+	}
+	if o.events < 10 {
+		return errors.New("-events: must be at least 10")
+	}
+	b, err := newBench(o, out)
+	if err != nil {
+		return err
+	}
+	defer b.cleanup()
+	return b.run(ctx)
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestIngestPhase runs a tiny ingest phase end to end: generation, the
+// fake Jetstream, the real daemon, the tenths, the metrics and dbstat.
+func TestIngestPhase(t *testing.T) {
+	o := options{
+		accounts: 400, viewers: 40, follows: 10, events: 2000, seed: 1,
+		phase: "ingest", dir: t.TempDir(), logLevel: "error", batchSize: 100,
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), o, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	report := out.String()
+	for _, want := range []string{"seed graph:", "overall:", "fan-out:", "bytes per feed item", "feed_items "} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+	if strings.Contains(report, "fan-out: 0 rows") || strings.Contains(report, "WARNING") {
+		t.Errorf("report:\n%s", report)
+	}
+}
+
+// TestClient runs the getFeed client against a stand-in daemon.
+func TestClient(t *testing.T) {
+	page := `{"records":[` + strings.Repeat(`{"uri":"at://x","rkey":"3k","value":{}},`, 49) + `{"rkey":"3k"}]}`
+	var mu sync.Mutex
+	actors := map[string]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/xrpc/com.example.appview.getFeed" || r.URL.Query().Get("limit") != "50" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		actors[r.URL.Query().Get("actor")] = true
+		mu.Unlock()
+		fmt.Fprint(w, page)
+	}))
+	defer srv.Close()
+	o := options{target: srv.URL, namespace: "com.example.appview", viewers: 5, readClients: 1,
+		readDuration: 100 * time.Millisecond, warmup: 10 * time.Millisecond, limit: 50, seed: 1}
+	var out bytes.Buffer
+	if err := runClient(context.Background(), o, &out); err != nil {
+		t.Fatal(err)
+	}
+	var res clientResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if res.Requests == 0 || res.Errors != 0 || res.MeanItems != 50 || res.FullShare != 1 || res.P99Ms <= 0 {
+		t.Fatalf("result %+v", res)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(actors) < 2 {
+		t.Errorf("the client read %d viewers' feeds, want several", len(actors))
+	}
+}
+
+func TestMetricsSum(t *testing.T) {
+	m := metrics{
+		`appview_feed_rows_total{operation="fanout"}`: 10,
+		`appview_feed_rows_total{operation="merge"}`:  5,
+		`appview_feed_rows_totally`:                   100,
+	}
+	if got := m.sum(`appview_feed_rows_total{operation="fanout"}`); got != 10 {
+		t.Errorf("one sample: %v", got)
+	}
+	if got := m.sum(`appview_feed_rows_total`); got != 15 {
+		t.Errorf("all labels: %v", got)
+	}
+}

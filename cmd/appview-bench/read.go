@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/atfeeds/appview/workload/replay"
+)
+
+// readPhase starts a live ingest of the continuing stream at -read-rate,
+// then runs the getFeed clients in a separate process (this binary with
+// -client) and reports what they measured, and what ingest kept up with
+// meanwhile.
+func (b *bench) readPhase(ctx context.Context) (clientResult, error) {
+	var res clientResult
+	b.playlist.Add(replay.Throttle(replay.Stream(b.stream, -1), b.o.readRate))
+	exe, err := os.Executable()
+	if err != nil {
+		return res, err
+	}
+	args := []string{"-client",
+		"-target", b.base,
+		"-namespace", b.cfg.XRPC.Namespace,
+		"-viewers", strconv.Itoa(b.o.viewers),
+		"-read-clients", strconv.Itoa(b.o.readClients),
+		"-read-duration", b.o.readDuration.String(),
+		"-warmup", b.o.warmup.String(),
+		"-limit", strconv.Itoa(b.o.limit),
+		"-seed", strconv.FormatUint(b.o.seed, 10),
+	}
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Stdout = &out
+	cmd.Stderr = os.Stderr
+
+	// Measure ingest over the clients' measuring window: after their
+	// warm-up, until they stop.
+	sent0, cursor0 := b.server.Sent(), b.daemon.Store().Cursor().TimeUS
+	if err := cmd.Start(); err != nil {
+		return res, fmt.Errorf("start client process: %w", err)
+	}
+	var sent1 int64
+	var cursor1 int64
+	var t1 time.Time
+	timer := time.NewTimer(b.o.warmup)
+	select {
+	case <-timer.C:
+		sent0, cursor0 = b.server.Sent(), b.daemon.Store().Cursor().TimeUS
+	case <-ctx.Done():
+	}
+	t0 := time.Now()
+	waitErr := cmd.Wait()
+	t1 = time.Now()
+	sent1, cursor1 = b.server.Sent(), b.daemon.Store().Cursor().TimeUS
+	if waitErr != nil {
+		return res, fmt.Errorf("client process: %w", waitErr)
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		return res, fmt.Errorf("client output %q: %w", out.String(), err)
+	}
+	secs := t1.Sub(t0).Seconds()
+	fmt.Fprintf(b.out, "\nread: %d clients in a separate process, random viewers' feeds, limit %d, over loopback HTTP, %.0fs, while ingest runs at %.0f events/s\n",
+		b.o.readClients, b.o.limit, res.Seconds, b.o.readRate)
+	fmt.Fprintf(b.out, "getFeed: %.0f requests/s; p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.1f ms; %d requests, %d errors (%d mention \"locked\")\n",
+		res.RPS, res.P50Ms, res.P90Ms, res.P99Ms, res.MaxMs, res.Requests, res.Errors, res.Locked)
+	fmt.Fprintf(b.out, "pages: %.1f items on average, %.0f%% full\n", res.MeanItems, 100*res.FullShare)
+	if res.FirstError != "" {
+		fmt.Fprintf(b.out, "first error: %s\n", res.FirstError)
+	}
+	fmt.Fprintf(b.out, "ingest meanwhile: %.0f events/s served, cursor advanced %.1fs of stream time in %.1fs\n",
+		float64(sent1-sent0)/secs, float64(cursor1-cursor0)/1e6, secs)
+	if n := b.logs.warnings.Load(); n > 0 {
+		fmt.Fprintf(b.out, "daemon logged %d warnings or errors so far (%d mention \"locked\")\n", n, b.logs.locked.Load())
+	}
+	return res, nil
+}
