@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,12 +73,47 @@ type Client struct {
 	// restart asks the running session to end so the next one resumes
 	// from the caller's (reset) position.
 	restart chan struct{}
+
+	// delivered is the newest position this process handed to the caller
+	// (see resumeFrom).
+	mu        sync.Mutex
+	delivered Position
+}
+
+// resumeFrom picks where a (re)connect to host starts. The committed
+// position, rewound, is what survives a crash, and what a first connect
+// or a new host uses. Within one process the events handed over are
+// committed by the caller unless it dies, and a session delivers in
+// stream order, so a reconnect to the same host continues at the newest
+// event handed over (a millisecond back), not the full rewind, even while still inside
+// a replay: rewinding every time would replay seconds of stream per
+// reconnect, and a connection that drops more often than that would never
+// get past its own replay.
+func (c *Client) resumeFrom(host string, committed Position) (Position, time.Duration) {
+	c.mu.Lock()
+	last := c.delivered
+	c.mu.Unlock()
+	if last.Host == host && last.TimeUS > 0 {
+		// 1 ms back: the other operations of a commit share its time_us.
+		return last, time.Millisecond
+	}
+	return committed, c.cfg.Rewind
+}
+
+func (c *Client) handedOver(ev *Event) {
+	c.mu.Lock()
+	c.delivered = Position{TimeUS: ev.TimeUS, Seq: ev.Seq, Host: ev.Host}
+	c.mu.Unlock()
 }
 
 // Restart ends the current session; the client reconnects at once from
 // resume()'s position. It returns the id the next session's events will
 // carry: the caller drops events of older sessions still queued.
 func (c *Client) Restart() uint64 {
+	// The caller's position moved (a reset): forget what was handed over.
+	c.mu.Lock()
+	c.delivered = Position{}
+	c.mu.Unlock()
 	next := c.sessionID.Load() + 1
 	select {
 	case c.restart <- struct{}{}:
@@ -160,7 +196,8 @@ func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Eve
 			c.m.reconnect()
 		}
 		url := c.cfg.URLs[host]
-		delivered, err := c.session(ctx, url, resume(), out)
+		pos, rewind := c.resumeFrom(url, resume())
+		delivered, err := c.session(ctx, url, pos, rewind, out)
 		if ctx.Err() != nil {
 			return nil
 		}

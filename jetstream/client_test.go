@@ -73,14 +73,15 @@ func TestClientDeliversEventsInOrder(t *testing.T) {
 	}
 }
 
-// Every dial asks resume for the committed position and turns it into the
-// right cursor for the host being dialed.
+// Until this process has handed an event over, every dial asks resume for
+// the committed position and turns it into the right cursor for the host
+// being dialed.
 func TestClientCursorOnReconnect(t *testing.T) {
 	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
 		if n < 3 {
-			send(conn, postFrame) // then drop the connection
-			return
+			return // drop the connection before any event
 		}
+		send(conn, postFrame)
 		holdOpen(conn)
 	})
 	const timeUS = 1795975616991124
@@ -101,9 +102,7 @@ func TestClientCursorOnReconnect(t *testing.T) {
 		return p
 	}
 	h := startClient(t, Config{URLs: []string{srv.url}, Rewind: 2 * time.Second}, resume, 10)
-	for range 3 {
-		h.next(t)
-	}
+	h.next(t)
 	waitFor(t, "four dials", func() bool { return len(srv.dials()) == 4 })
 
 	rewound := strconv.FormatInt(timeUS-2_000_000, 10)
@@ -116,11 +115,40 @@ func TestClientCursorOnReconnect(t *testing.T) {
 	if got := testutil.ToFloat64(h.metrics.reconnects); got != 3 {
 		t.Errorf("reconnects = %v, want 3", got)
 	}
-	// Each session delivered an event, so the backoff never grew.
-	for _, d := range h.sleepsSoFar() {
-		if d > defaultMinBackoff {
-			t.Errorf("backoff %v after a session with progress", d)
+}
+
+// Once events were handed over, a reconnect to the same host continues at
+// the newest one, without the rewind, even if the committed position is
+// behind it: a connection that drops more often than the rewind window
+// must still make progress through a replay.
+func TestClientReconnectContinuesWhereItStopped(t *testing.T) {
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if n < 2 {
+			send(conn, postFrame) // one event, then a drop
+			return
 		}
+		holdOpen(conn)
+	})
+	const committed = 1795975000000000 // well behind the delivered event
+	h := startClient(t, Config{URLs: []string{srv.url}, Rewind: 5 * time.Second},
+		func() Position { return Position{TimeUS: committed} }, 10)
+	h.next(t)
+	h.next(t)
+	waitFor(t, "three dials", func() bool { return len(srv.dials()) == 3 })
+	dials := srv.dials()
+	if got, want := dials[0].Get("cursor"), strconv.FormatInt(committed-5_000_000, 10); got != want {
+		t.Errorf("first dial cursor = %s, want the committed position rewound %s", got, want)
+	}
+	for i, q := range dials[1:] {
+		if got := q.Get("cursor"); got != "1795975616990124" {
+			t.Errorf("reconnect %d cursor = %s, want the delivered event's time_us less 1 ms", i+1, got)
+		}
+	}
+	// Restart (after an operator's reset) forgets what was handed over.
+	h.client.Restart()
+	waitFor(t, "a fourth dial", func() bool { return len(srv.dials()) == 4 })
+	if got, want := srv.dials()[3].Get("cursor"), strconv.FormatInt(committed-5_000_000, 10); got != want {
+		t.Errorf("dial after Restart cursor = %s, want the committed position rewound %s", got, want)
 	}
 }
 

@@ -40,8 +40,8 @@ var errRestart = errors.New("restart requested")
 
 // session runs one connection to host and returns how many events it
 // delivered on out. It returns when the connection fails or ctx ends.
-func (c *Client) session(ctx context.Context, host string, pos Position, out chan<- Event) (int, error) {
-	cursor := cursorFor(host, pos, c.cfg.Rewind)
+func (c *Client) session(ctx context.Context, host string, pos Position, rewind time.Duration, out chan<- Event) (int, error) {
+	cursor := cursorFor(host, pos, rewind)
 	target, err := subscribeURL(host, c.cfg.WantedCollections, cursor)
 	if err != nil {
 		return 0, err
@@ -133,6 +133,7 @@ func (c *Client) session(ctx context.Context, host string, pos Position, out cha
 		select {
 		case out <- ev:
 			delivered++
+			c.handedOver(&ev)
 		case <-ctx.Done():
 			return delivered, nil
 		case <-restarted:

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -171,5 +170,12 @@ func (s *Server) start(cursor string) int {
 	if err != nil {
 		return len(s.frames)
 	}
-	return sort.Search(len(s.frames), func(i int) bool { return s.frames[i].timeUS >= c })
+	// A linear scan, not a binary search: a test log may re-send an old
+	// frame later (a duplicate delivery), so times need not be sorted.
+	for i, f := range s.frames {
+		if f.timeUS >= c {
+			return i
+		}
+	}
+	return len(s.frames)
 }
