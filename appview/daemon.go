@@ -77,6 +77,13 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	registerLag(reg, store, time.Now)
+	if change, err := store.CheckScope(ctx, cfg.WantedCollections()); err != nil {
+		store.Close()
+		return nil, err
+	} else if change != nil {
+		log.Warn("cursor_scope_changed", "component", "daemon", "added", change.Added, "removed", change.Removed,
+			"action", "live position kept; viewers of feeds that gained a target rebuild at their next read")
+	}
 	gaps := prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "appview", Subsystem: "jetstream", Name: "gaps_total",
 		Help: "Reconnects whose stored cursor was older than the upstream retention window: events were missed.",

@@ -95,3 +95,39 @@ func TestResetViewerAndAccountStartOver(t *testing.T) {
 		t.Errorf("report %+v %v", r, err)
 	}
 }
+
+func TestAddedTargetCollectionRebuildsItsViewers(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	ctx := context.Background()
+	s := mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds})
+	if c, err := s.CheckScope(ctx, []string{"app.bsky.feed.post", "app.bsky.graph.follow"}); c != nil || err != nil {
+		t.Fatalf("first scope check: %+v %v", c, err)
+	}
+	now := time.Unix(1_000, 0)
+	s.RegisterViewer(ctx, did("alice"), "following", now)
+	s.ClaimFirstRead(ctx, did("alice"), "following", "me", now, time.Minute)
+	s.CompleteFirstRead(ctx, did("alice"), "following", "me", now)
+	apply(t, s, follow("alice", "carol", "f1", 1)) // stores the cursor with its scope
+	s.Close()
+
+	// The config gains a repost target: the cursor keeps its position,
+	// and alice's next read is a first read that fetches the new backlog.
+	const reposts = "app.bsky.feed.repost"
+	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 200}, {Collection: reposts, Cap: 200}}}}
+	s = mustOpenWith(t, Options{Path: path, Feeds: feeds})
+	before := s.Cursor()
+	c, err := s.CheckScope(ctx, []string{"app.bsky.feed.post", reposts, "app.bsky.graph.follow"})
+	if err != nil || c == nil || len(c.Added) != 1 || c.Added[0] != reposts || len(c.Removed) != 0 {
+		t.Fatalf("scope change %+v %v", c, err)
+	}
+	if s.Cursor() != before {
+		t.Errorf("cursor moved: %+v → %+v", before, s.Cursor())
+	}
+	if st, _ := s.RegisterViewer(ctx, did("alice"), "following", now); st.Complete {
+		t.Error("viewer of the feed that gained a target is still complete")
+	}
+	if c, _ := s.CheckScope(ctx, []string{"app.bsky.feed.post", reposts, "app.bsky.graph.follow"}); c != nil {
+		t.Errorf("unchanged scope reported a change: %+v", c)
+	}
+}

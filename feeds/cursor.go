@@ -42,13 +42,13 @@ func readCursor(ctx context.Context, q queryer) (StreamCursor, int64, error) {
 // caller adopts them and reconnects from there.
 func (w *txWriter) saveCursor(c StreamCursor) (reset bool, err error) {
 	_, err = w.tx.ExecContext(w.ctx, `
-		INSERT INTO cursors (kind, time_us, seq, host, updated_us, generation)
-		VALUES (?1, ?2, ?3, ?4, ?2, ?5)
+		INSERT INTO cursors (kind, time_us, seq, host, updated_us, generation, scope)
+		VALUES (?1, ?2, ?3, ?4, ?2, ?5, ?6)
 		ON CONFLICT (kind) DO UPDATE SET
 			time_us = excluded.time_us, seq = excluded.seq,
 			host = excluded.host, updated_us = excluded.updated_us
 		WHERE excluded.time_us >= cursors.time_us AND cursors.generation = excluded.generation`,
-		cursorKindJetstream, c.TimeUS, c.Seq, c.Host, w.s.generation)
+		cursorKindJetstream, c.TimeUS, c.Seq, c.Host, w.s.generation, w.s.scope)
 	if err != nil {
 		return false, fmt.Errorf("save stream cursor: %w", err)
 	}

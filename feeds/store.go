@@ -82,6 +82,7 @@ type Store struct {
 	mu         sync.Mutex
 	cursor     StreamCursor // last committed stream cursor
 	generation int64        // of the stream cursor; bumped by a reset
+	scope      string       // wanted collections the cursor is taken under (CheckScope)
 
 	sweep sweeper // prune sweep state, guarded by writeMu (sweep.go)
 }

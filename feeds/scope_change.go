@@ -1,0 +1,83 @@
+package feeds
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// ScopeChange says how the configured collections differ from those the
+// stored stream cursor was taken under.
+type ScopeChange struct {
+	Before, After  []string
+	Added, Removed []string
+}
+
+// CheckScope compares the stream cursor's scope (the wanted collections
+// it was taken under) with wanted. The live position is kept either way:
+// what did not change goes on from it. A target collection added later has
+// no backlog in the database, and Jetstream will not replay it from
+// before the cursor, so every viewer of a feed that gained a target is
+// marked for a rebuild: its next read is a first read again, which
+// fetches the new collection per followed account from the PDSes, lazily
+// and through the first-read admission, never all at once. The new scope
+// is stored with the cursor. It returns nil when nothing changed or no
+// cursor is stored yet.
+func (s *Store) CheckScope(ctx context.Context, wanted []string) (*ScopeChange, error) {
+	after := slices.Sorted(slices.Values(wanted))
+	scope := strings.Join(after, ",")
+	var change *ScopeChange
+	err := s.write(ctx, func(w *txWriter) error {
+		s.scope = scope // a cursor row created from now on carries it
+		var stored string
+		found, err := w.queryRowSQL(`SELECT scope FROM cursors WHERE kind = ?`, []any{cursorKindJetstream}, &stored)
+		if err != nil || !found || stored == scope {
+			if found && stored == "" {
+				// A cursor from before scopes were recorded: adopt this one.
+				_, err = w.tx.ExecContext(ctx, `UPDATE cursors SET scope = ? WHERE kind = ?`, scope, cursorKindJetstream)
+			}
+			return err
+		}
+		before := strings.Split(stored, ",")
+		c := &ScopeChange{Before: before, After: after}
+		for _, n := range after {
+			if !slices.Contains(before, n) {
+				c.Added = append(c.Added, n)
+			}
+		}
+		for _, n := range before {
+			if !slices.Contains(after, n) {
+				c.Removed = append(c.Removed, n)
+			}
+		}
+		for _, l := range s.lanes {
+			if !slices.Contains(c.Added, string(l.collection)) {
+				continue
+			}
+			if _, err := w.tx.ExecContext(ctx, `
+				UPDATE viewers SET state = 'pending', attempts = 0, next_retry_us = 0
+				WHERE feed = ? AND state = 'complete'`, l.feed); err != nil {
+				return fmt.Errorf("mark viewers for rebuild: %w", err)
+			}
+		}
+		if _, err := w.tx.ExecContext(ctx, `UPDATE cursors SET scope = ? WHERE kind = ?`, scope, cursorKindJetstream); err != nil {
+			return fmt.Errorf("store cursor scope: %w", err)
+		}
+		change = c
+		return nil
+	})
+	return change, err
+}
+
+// queryRowSQL scans one row of an ad-hoc query; found is false when there
+// is none.
+func (w *txWriter) queryRowSQL(q string, args []any, dest ...any) (bool, error) {
+	err := w.tx.QueryRowContext(w.ctx, q, args...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
