@@ -68,7 +68,7 @@ func (s *Store) ResetAccount(ctx context.Context, account syntax.DID, collection
 		if !found {
 			return ErrNothingToReset
 		}
-		q := `UPDATE listings SET complete = 0, cursor = '', page = 0, fetched = 0, round = round + 1,
+		q := `UPDATE listings SET ` + reopenListing + `,
 			attempts = 0, last_error = '', next_retry_us = 0, gone = 0, updated_us = ?2 WHERE actor_id = ?1`
 		args := []any{id, now.UnixMicro()}
 		target := string(account)
@@ -127,7 +127,7 @@ func (s *Store) ResetViewer(ctx context.Context, viewer syntax.DID, feed, user s
 			return ErrNothingToReset
 		}
 		if _, err := w.tx.ExecContext(ctx, `
-			UPDATE listings SET complete = 0, cursor = '', page = 0, fetched = 0, round = round + 1,
+			UPDATE listings SET `+reopenListing+`,
 				attempts = 0, last_error = '', next_retry_us = 0, gone = 0
 			WHERE actor_id = ? AND collection_id IN (SELECT follow_collection_id FROM feed_targets)`, id); err != nil {
 			return fmt.Errorf("reset viewer follows listing: %w", err)

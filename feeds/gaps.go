@@ -35,7 +35,7 @@ func (s *Store) RecordGap(ctx context.Context, g Gap) (bool, error) {
 		for _, q := range []string{
 			`INSERT INTO gaps (detected_us, cursor_us, size_us) VALUES (?1, ?2, ?3)`,
 			`UPDATE viewers SET state = 'pending', attempts = 0, next_retry_us = 0 WHERE state = 'complete'`,
-			`UPDATE listings SET complete = 0, cursor = '', page = 0, fetched = 0, round = round + 1,
+			`UPDATE listings SET ` + reopenListing + `,
 				attempts = 0, next_retry_us = 0 WHERE complete = 1`,
 		} {
 			if _, err := w.tx.ExecContext(ctx, q, g.Detected.UnixMicro(), g.CursorUS, g.Size.Microseconds()); err != nil {

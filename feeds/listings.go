@@ -11,6 +11,12 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
+// reopenListing is the SET clause that starts a listing over in a new
+// round: used wherever stored records may no longer cover an account
+// (it left the scope, its records were retired, a gap, an operator's
+// reset), so the next viewer who needs it fetches it again.
+const reopenListing = `complete = 0, cursor = '', page = 0, fetched = 0, round = round + 1`
+
 // Listing is where the fetch of one account's collection from its PDS
 // stands. A listing cursor is "ahead" of another when it is in a later
 // round, or in the same round at a later page.

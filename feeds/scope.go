@@ -89,7 +89,7 @@ func (w *txWriter) leaveScopeIfUnfollowed(subjectID int64) error {
 		return nil
 	}
 	if _, err := w.tx.ExecContext(w.ctx, `
-		UPDATE listings SET complete = 0, cursor = '', page = 0, fetched = 0, round = round + 1
+		UPDATE listings SET `+reopenListing+`
 		WHERE actor_id = ? AND collection_id NOT IN (SELECT follow_collection_id FROM feed_targets)`,
 		subjectID); err != nil {
 		return fmt.Errorf("invalidate listings: %w", err)

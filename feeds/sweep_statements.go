@@ -96,7 +96,7 @@ var sweepSQL = struct {
 	// were retired incomplete again (the invalidation scope.go uses), so
 	// the account is fetched again when a viewer needs it. A listing in
 	// progress is left alone: it is filling the hole already.
-	retainListing: `UPDATE listings SET complete = 0, cursor = '', page = 0, fetched = 0, round = round + 1
+	retainListing: `UPDATE listings SET ` + reopenListing + `
 		WHERE actor_id = ?1 AND collection_id = ?2 AND complete = 1`,
 	retainTombstones: `DELETE FROM tombstones WHERE (actor_id, collection_id, rkey) IN (
 		SELECT actor_id, collection_id, rkey FROM tombstones
