@@ -73,6 +73,11 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 				st = feeds.Listing{Host: host, Round: st.Round + 1, Attempts: st.Attempts}
 				continue
 			}
+			if errors.Is(err, pds.ErrCursorTooLong) {
+				// Never sent back: the round ends here with that error.
+				s.log.Warn("cursor_too_long", "account", account, "collection", coll, "host", host)
+				s.metrics.cursorTooLong()
+			}
 			return s.fail(ctx, account, coll, st, err, pds.KindOf(err) == pds.KindRepoGone)
 		}
 		records := make([]feeds.ListedRecord, 0, len(page.Records))

@@ -18,6 +18,7 @@ type Metrics struct {
 	queue         prometheus.Gauge
 	dropped       prometheus.Counter
 	rejections    *prometheus.CounterVec
+	longCursors   prometheus.Counter
 }
 
 // NewMetrics registers the backfill metrics on reg.
@@ -63,7 +64,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: ns, Subsystem: "first_read", Name: "rejected_total",
 		Help: "First reads refused by admission, by reason: rate_limited (per client), overloaded (global cap).",
 	}, []string{"reason"})
-	reg.MustRegister(m.rejections)
+	m.longCursors = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: "backfill", Name: "cursor_too_long_total",
+		Help: "PDS listing pages whose cursor was over 2,048 bytes; the round ended with that error.",
+	})
+	reg.MustRegister(m.rejections, m.longCursors)
 	reg.MustRegister(m.firstReads, m.firstReadTime, m.waitedOut, m.runs, m.runTime, m.pdsRequests, m.queue, m.dropped)
 	return m
 }
@@ -113,5 +118,11 @@ func (m *Metrics) queueDropped() {
 func (m *Metrics) rejected(reason string) {
 	if m != nil {
 		m.rejections.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) cursorTooLong() {
+	if m != nil {
+		m.longCursors.Inc()
 	}
 }

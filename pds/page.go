@@ -11,6 +11,10 @@ import (
 // maxCursorBytes bounds a listRecords cursor; real ones are record keys.
 const maxCursorBytes = 2048
 
+// ErrCursorTooLong is a page whose cursor is over 2,048 bytes: the caller
+// ends its listing round with it instead of sending it back.
+var ErrCursorTooLong = errors.New("cursor_too_long")
+
 // Record is one record read from a repo. Value is the record JSON as sent,
 // an object whose $type is the collection.
 type Record struct {
@@ -51,7 +55,7 @@ func decodePage(body []byte, repo syntax.DID, collection syntax.NSID) (Page, err
 	var page Page
 	if out.Cursor != nil {
 		if len(*out.Cursor) > maxCursorBytes {
-			return Page{}, fmt.Errorf("decode listRecords: cursor of %d bytes", len(*out.Cursor))
+			return Page{}, fmt.Errorf("decode listRecords: %w: %d bytes", ErrCursorTooLong, len(*out.Cursor))
 		}
 		page.Cursor = *out.Cursor
 	}

@@ -1,6 +1,7 @@
 package pds
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -63,6 +64,9 @@ func TestDecodePageRejects(t *testing.T) {
 		if _, err := decodePage([]byte(body), alice, posts); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	if _, err := decodePage([]byte(`{"records":[],"cursor":"`+strings.Repeat("a", maxCursorBytes+1)+`"}`), alice, posts); !errors.Is(err, ErrCursorTooLong) {
+		t.Errorf("long cursor: %v, want ErrCursorTooLong", err)
 	}
 	page, err := decodePage([]byte(`{"records":[],"cursor":"`+strings.Repeat("a", maxCursorBytes)+`"}`), alice, posts)
 	if err != nil || len(page.Cursor) != maxCursorBytes {
