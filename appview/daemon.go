@@ -103,6 +103,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		MaxFrameBytes:     cfg.Jetstream.MaxFrameBytes,
 		ReadTimeout:       cfg.Jetstream.ReadTimeout,
 		UserAgent:         "atfeeds-appview/" + Version,
+		OnSessionEnd:      func(r jetstream.SessionReport) { recordSession(store, log, r) },
 	}, jetstream.NewDecoder(jetstream.DecoderConfig{FollowCollections: follows}), log, jetstream.NewMetrics(reg, wanted))
 
 	dir, firstReads := buildBackfill(cfg, store, reg, log)
@@ -267,4 +268,21 @@ func OpenStore(ctx context.Context, cfg Config) (*feeds.Store, error) {
 	}
 	storeFeeds, _ := feedDefinitions(cfg)
 	return feeds.Open(ctx, feeds.Options{Path: cfg.Database.Path, Feeds: storeFeeds, IndexAll: cfg.Ingest.IndexAll, ReadConns: 1})
+}
+
+// recordSession keeps every Jetstream connection as a sync run: host,
+// connect and disconnect time, start cursor and newest time_us delivered,
+// events delivered and dropped, and why it ended.
+func recordSession(store *feeds.Store, log *slog.Logger, r jetstream.SessionReport) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := store.RecordSyncRun(ctx, feeds.SyncRun{
+		Kind: "jetstream", Subject: r.Host, Outcome: "disconnected", Error: r.Reason,
+		Written: r.Delivered, Skipped: r.Dropped,
+		Started: r.Connected, Duration: r.Disconnected.Sub(r.Connected),
+		StartCursor: r.StartCursor, EndCursor: r.EndTimeUS,
+	})
+	if err != nil {
+		log.Warn("record jetstream session", "err", err)
+	}
 }

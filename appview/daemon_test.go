@@ -480,3 +480,33 @@ func TestStaleCursorIsRecordedAsAGap(t *testing.T) {
 		t.Error("viewer not marked for a rebuild")
 	}
 }
+
+// TestJetstreamSessionsAreSyncRuns: every connection that ends is kept in
+// sync_runs with its host, cursors and counts.
+func TestJetstreamSessionsAreSyncRuns(t *testing.T) {
+	js := jetstreamtest.NewServer()
+	defer js.Close()
+	js.DropEvery(2)
+	td := startDaemon(t, js, testConfig(t, js, t.TempDir()+"/appview.db"))
+	js.Append(
+		jetstreamtest.Post(user("carol"), "p1", t0+1, "one"),
+		jetstreamtest.Post(user("carol"), "p2", t0+2, "two"),
+	)
+	td.waitCursor(t, t0+2)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runs, err := td.Store().RecentSyncRuns(context.Background(), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range runs {
+			if r.Kind == "jetstream" && r.Subject == js.URL() && r.Written == 2 && r.EndCursor == t0+2 && r.Error != "" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no jetstream session recorded: %+v", runs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

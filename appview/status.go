@@ -260,7 +260,7 @@ func (p *statusPage) Status(ctx context.Context) (any, error) {
 	}
 	for _, run := range runs {
 		r.SyncRuns = append(r.SyncRuns, syncRunStatus{
-			Kind: run.Kind, Subject: string(run.Subject), Collection: string(run.Collection),
+			Kind: run.Kind, Subject: run.Subject, Collection: string(run.Collection),
 			Outcome: run.Outcome, Error: run.Error, Pages: run.Pages, Written: run.Written, Skipped: run.Skipped,
 			Started: run.Started.UTC(), DurationSeconds: run.Duration.Seconds(),
 		})

@@ -32,7 +32,7 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 	case now.Before(st.NextRetry):
 		return fmt.Errorf("not due before %s: %s", st.NextRetry.Format(time.RFC3339), st.LastError)
 	}
-	run := feeds.SyncRun{Kind: kind, Subject: account, Collection: coll, Started: now}
+	run := feeds.SyncRun{Kind: kind, Subject: string(account), Collection: coll, Started: now}
 	err = s.list(ctx, account, coll, maxRecords, st, &run)
 	run.Duration = s.cfg.Now().Sub(run.Started)
 	run.Outcome = "ok"

@@ -262,8 +262,9 @@ func (s *Store) Followees(ctx context.Context, viewer syntax.DID, followCollecti
 
 // SyncRun is the record of one backfill run.
 type SyncRun struct {
-	Kind       string // follows, targets
-	Subject    syntax.DID
+	Kind string // follows, targets, jetstream
+	// Subject is the account listed, or the Jetstream host.
+	Subject    string
 	Collection syntax.NSID
 	Pages      int
 	Written    int
@@ -272,16 +273,20 @@ type SyncRun struct {
 	Error      string
 	Started    time.Time
 	Duration   time.Duration
+	// StartCursor and EndCursor are a Jetstream session's first and last
+	// time_us (0 for listings, whose cursor is on the listing).
+	StartCursor, EndCursor int64
 }
 
 // RecordSyncRun stores a sync run for operators.
 func (s *Store) RecordSyncRun(ctx context.Context, r SyncRun) error {
 	return s.write(ctx, func(w *txWriter) error {
 		_, err := w.tx.ExecContext(ctx, `
-			INSERT INTO sync_runs (kind, subject, collection, pages, written, skipped, outcome, error, started_us, duration_us)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			r.Kind, string(r.Subject), string(r.Collection), r.Pages, r.Written, r.Skipped, r.Outcome,
-			truncate(r.Error, 512), r.Started.UnixMicro(), r.Duration.Microseconds())
+			INSERT INTO sync_runs (kind, subject, collection, pages, written, skipped, outcome, error, started_us, duration_us,
+				start_cursor, end_cursor)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			r.Kind, r.Subject, string(r.Collection), r.Pages, r.Written, r.Skipped, r.Outcome,
+			truncate(r.Error, 512), r.Started.UnixMicro(), r.Duration.Microseconds(), r.StartCursor, r.EndCursor)
 		if err != nil {
 			return fmt.Errorf("record sync run: %w", err)
 		}

@@ -168,7 +168,8 @@ func (s *Store) countListings(ctx context.Context, c *Counts) error {
 }
 
 const recentSyncRunsSQL = `
-	SELECT kind, subject, collection, pages, written, skipped, outcome, error, started_us, duration_us
+	SELECT kind, subject, collection, pages, written, skipped, outcome, error, started_us, duration_us,
+		start_cursor, end_cursor
 	FROM sync_runs ORDER BY started_us DESC, id DESC LIMIT ?`
 
 // RecentSyncRuns returns the newest sync runs, newest first: a walk back
@@ -184,7 +185,7 @@ func (s *Store) RecentSyncRuns(ctx context.Context, limit int) ([]SyncRun, error
 		var r SyncRun
 		var started, took int64
 		if err := rows.Scan(&r.Kind, &r.Subject, &r.Collection, &r.Pages, &r.Written, &r.Skipped,
-			&r.Outcome, &r.Error, &started, &took); err != nil {
+			&r.Outcome, &r.Error, &started, &took, &r.StartCursor, &r.EndCursor); err != nil {
 			return nil, err
 		}
 		r.Started = time.UnixMicro(started)

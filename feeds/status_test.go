@@ -13,7 +13,7 @@ func TestRecentSyncRuns(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Unix(1_800_000_000, 0)
 	for i := range 12 {
-		run := SyncRun{Kind: "targets", Subject: did(fmt.Sprint("u", i)), Collection: postNSID, Outcome: "ok",
+		run := SyncRun{Kind: "targets", Subject: string(did(fmt.Sprint("u", i))), Collection: postNSID, Outcome: "ok",
 			Started: t0.Add(time.Duration(i) * time.Second), Duration: time.Millisecond}
 		if err := s.RecordSyncRun(ctx, run); err != nil {
 			t.Fatal(err)
@@ -23,7 +23,7 @@ func TestRecentSyncRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 10 || runs[0].Subject != did("u11") || runs[9].Subject != did("u2") || runs[0].Duration != time.Millisecond {
+	if len(runs) != 10 || runs[0].Subject != string(did("u11")) || runs[9].Subject != string(did("u2")) || runs[0].Duration != time.Millisecond {
 		t.Fatalf("runs = %+v", runs)
 	}
 }

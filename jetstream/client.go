@@ -48,8 +48,22 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 	// UserAgent, if set, is sent with the websocket handshake.
 	UserAgent string
+	// OnSessionEnd, when set, is told how every session that connected
+	// went (for the operator's record of sync runs).
+	OnSessionEnd func(SessionReport)
 	// Dialer is optional; Compression overrides its EnableCompression.
 	Dialer *websocket.Dialer
+}
+
+// SessionReport describes one connection: when it opened and closed, the
+// cursor it asked for, the newest time_us it delivered, how many events it
+// delivered and dropped, and why it ended.
+type SessionReport struct {
+	Host                    string
+	Connected, Disconnected time.Time
+	StartCursor, EndTimeUS  int64
+	Delivered, Dropped      int
+	Reason                  string
 }
 
 // Client keeps a subscription to a Jetstream server alive: it reconnects

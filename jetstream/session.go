@@ -61,6 +61,18 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 		return 0, fmt.Errorf("dial: %w", err)
 	}
 	c.logger.Info("connected", "host", host, "cursor", cursor)
+	report := SessionReport{Host: host, Connected: time.Now(), StartCursor: cursor}
+	var endErr error
+	if c.cfg.OnSessionEnd != nil {
+		defer func() {
+			report.Disconnected = time.Now()
+			report.Reason = "context ended"
+			if endErr != nil {
+				report.Reason = endErr.Error()
+			}
+			c.cfg.OnSessionEnd(report)
+		}()
+	}
 	c.m.setConnected(true)
 	defer c.m.setConnected(false)
 
@@ -94,10 +106,12 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 			}
 			select {
 			case <-restarted:
+				endErr = errRestart
 				return delivered, errRestart
 			default:
 			}
-			return delivered, fmt.Errorf("read frame: %w", err)
+			endErr = fmt.Errorf("read frame: %w", err)
+			return delivered, endErr
 		}
 
 		var ev Event
@@ -118,6 +132,7 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 			}
 		}
 		if derr != nil {
+			report.Dropped++
 			c.m.frameDropped(derr.Reason)
 			c.drops.log(host, &ev, derr)
 			if ev.TimeUS <= 0 {
@@ -133,10 +148,13 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 		select {
 		case out <- ev:
 			delivered++
+			report.Delivered = delivered
+			report.EndTimeUS = max(report.EndTimeUS, ev.TimeUS)
 			c.handedOver(&ev)
 		case <-ctx.Done():
 			return delivered, nil
 		case <-restarted:
+			endErr = errRestart
 			return delivered, errRestart
 		}
 	}
