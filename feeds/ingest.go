@@ -139,6 +139,27 @@ func (w *txWriter) queryRow(st *sql.Stmt, args []any, dest ...any) (found bool, 
 	return err == nil, err
 }
 
+// queryIDs runs a query of one integer column and collects it.
+func (w *txWriter) queryIDs(st *sql.Stmt, args ...any) ([]int64, error) {
+	return scanIDs(w.stmt(st).QueryContext(w.ctx, args...))
+}
+
+func scanIDs(rows *sql.Rows, err error) ([]int64, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
 func (w *txWriter) apply(c *Change) error {
 	if collID, ok := w.s.followColls[c.Collection]; ok {
 		return w.applyFollow(c, collID)

@@ -71,20 +71,11 @@ func (w *txWriter) retireViewer(id int64, feed string) error {
 	}
 	// No feed of this follow collection is read by the actor any more:
 	// drop its follows (and their listing, so a return lists them again).
-	rows, err := w.tx.QueryContext(w.ctx, `SELECT DISTINCT subject_id FROM follows WHERE actor_id = ? AND collection_id = ?`, id, followColl)
+	subjects, err := scanIDs(w.tx.QueryContext(w.ctx,
+		`SELECT DISTINCT subject_id FROM follows WHERE actor_id = ? AND collection_id = ?`, id, followColl))
 	if err != nil {
-		return err
+		return fmt.Errorf("list retired viewer's followees: %w", err)
 	}
-	var subjects []int64
-	for rows.Next() {
-		var sub int64
-		if err := rows.Scan(&sub); err != nil {
-			rows.Close()
-			return err
-		}
-		subjects = append(subjects, sub)
-	}
-	rows.Close()
 	for _, q := range []string{
 		`DELETE FROM follows WHERE actor_id = ? AND collection_id = ?`,
 		`DELETE FROM listings WHERE actor_id = ? AND collection_id = ?`,

@@ -33,7 +33,11 @@ func (s *Store) CheckScope(ctx context.Context, wanted []string) (*ScopeChange, 
 	err := s.write(ctx, func(w *txWriter) error {
 		s.scope = scope // a cursor row created from now on carries it
 		var stored string
-		found, err := w.queryRowSQL(`SELECT scope FROM cursors WHERE kind = ?`, []any{cursorKindJetstream}, &stored)
+		err := w.tx.QueryRowContext(ctx, `SELECT scope FROM cursors WHERE kind = ?`, cursorKindJetstream).Scan(&stored)
+		found := err == nil
+		if errors.Is(err, sql.ErrNoRows) {
+			err = nil
+		}
 		if err != nil || !found || stored == scope {
 			if found && stored == "" {
 				// A cursor from before scopes were recorded: adopt this one.
@@ -70,14 +74,4 @@ func (s *Store) CheckScope(ctx context.Context, wanted []string) (*ScopeChange, 
 		return nil
 	})
 	return change, err
-}
-
-// queryRowSQL scans one row of an ad-hoc query; found is false when there
-// is none.
-func (w *txWriter) queryRowSQL(q string, args []any, dest ...any) (bool, error) {
-	err := w.tx.QueryRowContext(w.ctx, q, args...).Scan(dest...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
 }

@@ -188,20 +188,8 @@ func (w *txWriter) serveGrown(budget int, visited map[int64]bool, deleted *int64
 }
 
 func (w *txWriter) followersAfter(author, followColl, after int64, limit int) ([]int64, error) {
-	rows, err := w.stmt(w.s.sweep.stmts.grownFollowers).QueryContext(w.ctx, author, followColl, after, limit)
+	ids, err := w.queryIDs(w.s.sweep.stmts.grownFollowers, author, followColl, after, limit)
 	if err != nil {
-		return nil, fmt.Errorf("expand grown author: %w", err)
-	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("expand grown author: %w", err)
 	}
 	return ids, nil

@@ -102,20 +102,8 @@ func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, res
 // nextViewers returns up to limit viewers after the cursor, in viewer
 // order.
 func (w *txWriter) nextViewers(after int64, limit int) ([]int64, error) {
-	rows, err := w.stmt(w.s.sweep.stmts.nextViewers).QueryContext(w.ctx, after, limit)
+	ids, err := w.queryIDs(w.s.sweep.stmts.nextViewers, after, limit)
 	if err != nil {
-		return nil, fmt.Errorf("next viewers: %w", err)
-	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("next viewers: %w", err)
 	}
 	return ids, nil
