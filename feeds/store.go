@@ -39,6 +39,8 @@ type Options struct {
 	Feeds   []Feed
 	Logger  *slog.Logger
 	Metrics *Metrics
+	// CacheMB is the writer's page cache; 0 means DefaultCacheMB.
+	CacheMB int
 	// ReadConns is the size of the read pool serving feed pages.
 	ReadConns int
 	// IndexAll makes every account whose follows are stored a viewer of
@@ -57,6 +59,7 @@ type Options struct {
 type Store struct {
 	writer  *sql.DB
 	reader  *sql.DB
+	reads   *readStatements // prepared on the read pool
 	log     *slog.Logger
 	metrics *Metrics
 
@@ -105,6 +108,16 @@ type laneKey struct {
 	collection syntax.NSID
 }
 
+// DefaultCacheMB is the writer's page cache when Options leave it unset.
+const DefaultCacheMB = 64
+
+// walAutocheckpointPages is how large the WAL grows (in 4 KiB pages) before
+// a commit folds it back into the database. SQLite's default of 1,000 (4
+// MB) is less than one catch-up batch writes, so every commit paid for a
+// checkpoint; at 16,384 (64 MiB) a feed page rewritten by several batches
+// in a row is copied to the database file once.
+const walAutocheckpointPages = 16384
+
 // maxCachedActors bounds the writer's DID cache; past it the cache starts
 // over rather than growing with the network.
 const maxCachedActors = 500_000
@@ -122,7 +135,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.ReadConns <= 0 {
 		opts.ReadConns = 4
 	}
-	writerDSN := dsn(opts.Path, false)
+	if opts.CacheMB <= 0 {
+		opts.CacheMB = DefaultCacheMB
+	}
+	writerDSN := dsn(opts.Path, false) +
+		fmt.Sprintf("&_pragma=cache_size(%d)&_pragma=wal_autocheckpoint(%d)", -opts.CacheMB*1024, walAutocheckpointPages)
 	if opts.Sweep.IncrementalVacuum {
 		// Takes effect only on a new file, before the first table.
 		writerDSN += "&_pragma=auto_vacuum(incremental)"
@@ -159,6 +176,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	reader.SetMaxOpenConns(opts.ReadConns)
 	reader.SetMaxIdleConns(opts.ReadConns)
 	s.reader = reader
+	if s.reads, err = prepareReads(ctx, reader); err != nil {
+		reader.Close()
+		writer.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -175,7 +197,6 @@ func dsn(path string, readOnly bool) string {
 		q.Add("_pragma", "query_only(1)")
 		q.Add("_pragma", "cache_size(-8192)")
 	} else {
-		q.Add("_pragma", "cache_size(-32768)")
 		q.Set("_txlock", "immediate")
 	}
 	return "file:" + path + "?" + q.Encode()

@@ -207,7 +207,10 @@ func (s *Server) getFeed(c echo.Context) error {
 	if page.Next != nil {
 		resp.Cursor = encodeCursor(p.Scope, *page.Next)
 	}
-	return writeJSON(c, http.StatusOK, resp)
+	buf := pageBuffers.Get().(*[]byte)
+	defer putPageBuffer(buf)
+	*buf = appendFeedResponse((*buf)[:0], &resp)
+	return c.Blob(http.StatusOK, "application/json; charset=utf-8", *buf)
 }
 
 // firstReadError answers a first read refused for load with 429 (this

@@ -1,0 +1,66 @@
+package xrpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+// encodingJSON is what writeJSON produced for a page before it was written
+// by hand: the reference appendFeedResponse must match byte for byte.
+func encodingJSON(t testing.TB, resp *feedResponse) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(resp); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestAppendFeedResponseMatchesEncodingJSON(t *testing.T) {
+	rec := feedRecord{
+		URI: "at://did:plc:abc/app.bsky.feed.post/3k", CID: "bafyrei", DID: "did:plc:abc",
+		Collection: "app.bsky.feed.post", RKey: "3k", TimeUS: 1767225600000000,
+		Value: json.RawMessage(`{"$type":"app.bsky.feed.post","text":"<b>&amp; \u2028 ünï","langs":["en"]}`),
+	}
+	odd := rec
+	odd.RKey = "a\"b\\c\n\x01é\u2028<&>\xff"
+	for name, resp := range map[string]*feedResponse{
+		"empty":          {Records: []feedRecord{}},
+		"one":            {Records: []feedRecord{rec}},
+		"cursor":         {Records: []feedRecord{rec, rec}, Cursor: "MTc2NzIyNTYwMDAwMDAwMDo0Mg.abc"},
+		"escaped fields": {Records: []feedRecord{odd}, Cursor: "x\"y"},
+		"negative time":  {Records: []feedRecord{{Value: json.RawMessage(`{}`), TimeUS: -5}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := appendFeedResponse(nil, resp)
+			want := encodingJSON(t, resp)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("got  %s\nwant %s", got, want)
+			}
+		})
+	}
+}
+
+// FuzzAppendFeedResponse checks the hand-written encoder against
+// encoding/json on arbitrary field strings and (valid, compact) bodies.
+func FuzzAppendFeedResponse(f *testing.F) {
+	f.Add("at://did:plc:a/app.bsky.feed.post/3k", "did:plc:a", "3k", `{"text":"hi"}`, "cur", int64(1))
+	f.Add("\u2028", "\"", "\\", `[1,2,{"a":null}]`, "", int64(-1))
+	f.Fuzz(func(t *testing.T, uri, did, rkey, body, cursor string, timeUS int64) {
+		var compact bytes.Buffer
+		if json.Compact(&compact, []byte(body)) != nil {
+			return // getFeed never writes a body that is not valid JSON
+		}
+		resp := &feedResponse{Records: []feedRecord{{
+			URI: uri, CID: rkey, DID: did, Collection: uri, RKey: rkey, TimeUS: timeUS,
+			Value: json.RawMessage(compact.Bytes()),
+		}}, Cursor: cursor}
+		got := appendFeedResponse(nil, resp)
+		want := encodingJSON(t, resp)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("got  %s\nwant %s", got, want)
+		}
+	})
+}
