@@ -30,6 +30,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 	}
 
+	if n := c.Database.CacheMB; n < 2 || n > 16384 {
+		fail("database.cache_mb", "must be between 2 and 16384")
+	}
 	if c.Database.Path == "" {
 		fail("database.path", "must not be empty")
 	}
@@ -64,6 +67,9 @@ func (c Config) Validate() error {
 
 	if n := c.Ingest.BatchSize; n < 1 || n > 100000 {
 		fail("ingest.batch_size", "must be between 1 and 100000")
+	}
+	if n := c.Ingest.CatchupBatchSize; n < 0 || n > 100000 {
+		fail("ingest.catchup_batch_size", "must be between 0 and 100000")
 	}
 	if c.Ingest.BatchInterval <= 0 {
 		fail("ingest.batch_interval", "must be positive")

@@ -62,6 +62,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 	storeFeeds, specs := feedDefinitions(cfg)
 	store, err := feeds.Open(ctx, feeds.Options{
 		Path:     cfg.Database.Path,
+		CacheMB:  cfg.Database.CacheMB,
 		Feeds:    storeFeeds,
 		Logger:   log,
 		Metrics:  feeds.NewMetrics(reg),
@@ -143,6 +144,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		ingest: &ingester{
 			store:         store,
 			batchSize:     cfg.Ingest.BatchSize,
+			catchupSize:   cfg.Ingest.CatchupBatchSize,
 			batchInterval: cfg.Ingest.BatchInterval,
 			log:           log.With("component", "ingest"),
 			afterCommit: func(res feeds.BatchResult) {

@@ -19,8 +19,12 @@ import (
 // cursor of everything it consumed, dropped frames included, so junk never
 // stalls the cursor.
 type ingester struct {
-	store         *feeds.Store
-	batchSize     int
+	store     *feeds.Store
+	batchSize int
+	// catchupSize is how far a batch may grow past batchSize while the
+	// queue still holds events: a backlog is applied in large commits, a
+	// live stream in small, prompt ones.
+	catchupSize   int
 	batchInterval time.Duration
 	log           *slog.Logger
 	// afterCommit, when set, is told about every committed batch (the
@@ -39,8 +43,8 @@ type ingester struct {
 }
 
 // tick runs one prune-sweep tick; a sweep failure is our own state broken.
-func (in *ingester) tick(ctx context.Context, mutated bool) (feeds.SweepResult, error) {
-	res, err := in.store.SweepTick(ctx, feeds.Tick{Now: in.now(), Mutated: mutated})
+func (in *ingester) tick(ctx context.Context, mutated bool, scale int) (feeds.SweepResult, error) {
+	res, err := in.store.SweepTick(ctx, feeds.Tick{Now: in.now(), Mutated: mutated, Scale: scale})
 	if err != nil {
 		return res, fmt.Errorf("sweep: %w", err)
 	}
@@ -82,7 +86,10 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 		if in.afterCommit != nil {
 			in.afterCommit(res)
 		}
-		if _, err := in.tick(ctx, res.MutatedFeeds()); err != nil {
+		// A catch-up batch stands for several ordinary ones: its slice is
+		// as many times larger, so trimming keeps pace per event.
+		scale := (len(batch.Changes) + in.batchSize - 1) / in.batchSize
+		if _, err := in.tick(ctx, res.MutatedFeeds(), scale); err != nil {
 			return err
 		}
 		idle.Reset(in.sweepIdle)
@@ -121,7 +128,7 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			return flush(writeCtx)
 		case ev := <-events:
 			add(&ev)
-			if len(batch.Changes) >= in.batchSize {
+			if in.full(len(batch.Changes), len(events)) {
 				if err := flush(writeCtx); err != nil {
 					return err
 				}
@@ -131,7 +138,7 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 				return err
 			}
 		case <-idle.C:
-			res, err := in.tick(writeCtx, false)
+			res, err := in.tick(writeCtx, false, 1)
 			if err != nil {
 				return err
 			}
@@ -142,6 +149,16 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			idle.Reset(next)
 		}
 	}
+}
+
+// full says whether a batch of n changes is to be flushed now, with queued
+// events waiting in the consumer's queue: at batchSize, unless events are
+// queued behind it (catching up), in which case it grows to catchupSize.
+func (in *ingester) full(n, queued int) bool {
+	if n < in.batchSize {
+		return false
+	}
+	return queued == 0 || n >= max(in.catchupSize, in.batchSize)
 }
 
 // addEvent moves the batch cursor to the event and, for a commit, adds the

@@ -85,7 +85,17 @@ type Tick struct {
 	// Mutated says the tick's batch wrote feed rows (see
 	// BatchResult.MutatedFeeds). Idle timer ticks leave it false.
 	Mutated bool
+	// Scale is how many ordinary batches the tick's batch stands for: a
+	// catch-up batch of k × batch_size events runs one slice of k times
+	// the budget, so the sweep keeps the same pace per event however the
+	// stream was batched. 0 and 1 mean one slice; at most maxSliceScale.
+	Scale int
 }
+
+// maxSliceScale bounds Tick.Scale, so one transaction stays short.
+const maxSliceScale = 100
+
+func (t Tick) scale() int { return min(max(t.Scale, 1), maxSliceScale) }
 
 // MutatedFeeds reports whether the batch wrote feed rows (a fan-out or a
 // follow merge), so its tick must run a sweep slice.
@@ -156,7 +166,7 @@ func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
 	var res SweepResult
 	now := t.Now.UnixMicro()
 	if reason := s.sweepReason(t.Mutated, now); reason != "" {
-		if err := s.runSlice(ctx, reason, now, &res); err != nil {
+		if err := s.runSlice(ctx, reason, now, t.scale(), &res); err != nil {
 			return res, fmt.Errorf("sweep slice: %w", err)
 		}
 	}

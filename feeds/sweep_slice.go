@@ -11,7 +11,7 @@ import (
 // each visited viewer's lanes trimmed to their caps. The new cursor and
 // pass bookkeeping are stored in the same transaction as the deletes, so a
 // crash never records work that was not done.
-func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, res *SweepResult) error {
+func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, scale int, res *SweepResult) error {
 	start := time.Now()
 	sw := &s.sweep
 	w, err := s.begin(ctx)
@@ -33,7 +33,7 @@ func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, res
 	var deleted int64
 
 	visited := map[int64]bool{}
-	grown, err := w.serveGrown(sw.opts.grownBudget(), visited, &deleted)
+	grown, err := w.serveGrown(sw.opts.grownBudget()*scale, visited, &deleted)
 	if err != nil {
 		return err
 	}
@@ -41,7 +41,7 @@ func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, res
 	// queue just trimmed are passed over without a second visit, so a
 	// deployment with fewer viewers than the budget is trimmed whole by
 	// every slice.
-	budget := sw.opts.Actors - grown
+	budget := sw.opts.Actors*scale - grown
 	ids, err := w.nextViewers(st.cursorViewer, budget+len(visited)+1)
 	if err != nil {
 		return err

@@ -372,3 +372,39 @@ func TestSweepGrownAuthorPostingAgainGoesRoundAgain(t *testing.T) {
 		t.Fatalf("%d entries left, %d feeds over cap", n, feedsOverCap(t, s))
 	}
 }
+
+// A catch-up batch of k ordinary batches' worth of events runs one slice
+// of k budgets: the sweep's pace per event does not depend on batching.
+func TestSweepScaledTickVisitsScaleTimesTheBudget(t *testing.T) {
+	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 1}}}}
+	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 2, GrownLimit: 1})
+	var follows []Change
+	for i := range 12 {
+		follows = append(follows, follow(fmt.Sprintf("v%02d", i), "alice", "f", 1))
+	}
+	apply(t, s, follows...)
+	settle(t, s, t0, false)
+	res := apply(t, s, post("alice", "p1", 10), post("alice", "p2", 11))
+
+	r, err := s.SweepTick(context.Background(), Tick{Now: t0, Mutated: res.MutatedFeeds(), Scale: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Viewers != 6 {
+		t.Fatalf("scale 3 of a budget of 2 visited %d viewers, want 6", r.Viewers)
+	}
+	if r.RowsDeleted != 6 {
+		t.Fatalf("deleted %d rows, want one from each of the 6 viewers visited", r.RowsDeleted)
+	}
+	if got := feedsOverCap(t, s); got != 6 {
+		t.Fatalf("%d feeds over cap, want the 6 not yet visited", got)
+	}
+	// Scale is bounded, so a huge value is one long slice, not a stall.
+	if got := (Tick{Scale: 1 << 30}).scale(); got != maxSliceScale {
+		t.Fatalf("scale bound %d, want %d", got, maxSliceScale)
+	}
+	if got := (Tick{}).scale(); got != 1 {
+		t.Fatalf("zero scale = %d, want 1", got)
+	}
+}
