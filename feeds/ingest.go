@@ -85,6 +85,9 @@ func (s *Store) begin(ctx context.Context) (*txWriter, error) {
 
 // commit commits and publishes what the transaction interned.
 func (w *txWriter) commit() error {
+	if err := w.applyFanout(); err != nil {
+		return err
+	}
 	// Feeds the transaction grew are queued for the sweep in the same
 	// transaction (sweep_grown.go).
 	if err := w.queueGrown(); err != nil {
@@ -110,6 +113,8 @@ type txWriter struct {
 	adopted    *StreamCursor
 	adoptedGen int64
 	grown      grownBatch // feeds this transaction grew, queued for the sweep
+	// pendingFanout counts target records queued for the fan-out at commit.
+	pendingFanout int
 }
 
 // stmt binds a prepared statement to the batch transaction once.

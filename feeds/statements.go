@@ -15,7 +15,7 @@ var writeSQL = struct {
 	followRemains                                         string
 	recordByKey, insertRecord, updateRecord, deleteRecord string
 	tombstoneByKey, upsertTombstone, deleteTombstone      string
-	fanout, merge, unmerge, unfeedRecord, unfeedAuthor    string
+	merge, unmerge, unfeedRecord, unfeedAuthor            string
 	viewerOfFollows, viewerOfFeed, followedByAnyone       string
 	actorActive, listingByKey                             string
 }{
@@ -50,17 +50,6 @@ var writeSQL = struct {
 		ON CONFLICT (actor_id, collection_id, rkey) DO UPDATE SET rev = excluded.rev, deleted_us = excluded.deleted_us
 		WHERE excluded.rev > tombstones.rev`,
 	deleteTombstone: `DELETE FROM tombstones WHERE actor_id = ? AND collection_id = ? AND rkey = ?`,
-
-	// fanout is the one statement that turns a target write into feed rows:
-	// every lane carrying the collection, joined with every follower of the
-	// author through follows_by_subject. Who counts as a recipient is
-	// decided here and nowhere else (see audience.go). Duplicate follow
-	// records of one subject collapse on the primary key.
-	fanout: `INSERT OR IGNORE INTO feed_items (viewer_id, target_id, sort_us, record_id)
-		SELECT f.actor_id, t.id, ?3, ?4
-		FROM feed_targets t
-		JOIN follows f ON f.subject_id = ?1 AND f.collection_id = t.follow_collection_id
-		WHERE t.collection_id = ?2 AND t.enabled = 1 AND f.actor_id <> ?1`, // + audienceFilter(indexAll)
 
 	// merge brings a new followee's newest stored records into one lane of
 	// the follower's feed.
@@ -97,9 +86,10 @@ type statements struct {
 	followRemains                                         *sql.Stmt
 	recordByKey, insertRecord, updateRecord, deleteRecord *sql.Stmt
 	tombstoneByKey, upsertTombstone, deleteTombstone      *sql.Stmt
-	fanout, merge, unmerge, unfeedRecord, unfeedAuthor    *sql.Stmt
+	merge, unmerge, unfeedRecord, unfeedAuthor            *sql.Stmt
 	viewerOfFollows, viewerOfFeed, followedByAnyone       *sql.Stmt
 	actorActive, listingByKey                             *sql.Stmt
+	fan                                                   *fanoutStatements // fanout.go
 }
 
 func prepareStatements(ctx context.Context, db *sql.DB, indexAll bool) (*statements, error) {
@@ -116,7 +106,7 @@ func prepareStatements(ctx context.Context, db *sql.DB, indexAll bool) (*stateme
 		{&st.updateRecord, writeSQL.updateRecord}, {&st.deleteRecord, writeSQL.deleteRecord},
 		{&st.tombstoneByKey, writeSQL.tombstoneByKey}, {&st.upsertTombstone, writeSQL.upsertTombstone},
 		{&st.deleteTombstone, writeSQL.deleteTombstone},
-		{&st.fanout, writeSQL.fanout + audienceFilter(indexAll)}, {&st.merge, writeSQL.merge},
+		{&st.merge, writeSQL.merge},
 		{&st.viewerOfFollows, writeSQL.viewerOfFollows}, {&st.viewerOfFeed, writeSQL.viewerOfFeed},
 		{&st.followedByAnyone, writeSQL.followedByAnyone}, {&st.actorActive, writeSQL.actorActive},
 		{&st.listingByKey, writeSQL.listingByKey},
@@ -129,5 +119,10 @@ func prepareStatements(ctx context.Context, db *sql.DB, indexAll bool) (*stateme
 		}
 		*p.dst = s
 	}
+	fan, err := prepareFanout(ctx, db, indexAll)
+	if err != nil {
+		return nil, err
+	}
+	st.fan = fan
 	return st, nil
 }

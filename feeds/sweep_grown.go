@@ -28,11 +28,15 @@ func (w *txWriter) grewFollowersOf(authorID, targetCollID int64) {
 		if l.collectionID != targetCollID {
 			continue
 		}
-		if w.grown.authors == nil {
-			w.grown.authors = map[grownAuthor]struct{}{}
-		}
-		w.grown.authors[grownAuthor{authorID, l.followCollID}] = struct{}{}
+		w.grown.addAuthor(grownAuthor{authorID, l.followCollID})
 	}
+}
+
+func (g *grownBatch) addAuthor(a grownAuthor) {
+	if g.authors == nil {
+		g.authors = map[grownAuthor]struct{}{}
+	}
+	g.authors[a] = struct{}{}
 }
 
 // grewViewer records that a follow merge grew one viewer's feed.

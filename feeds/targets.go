@@ -3,8 +3,8 @@ package feeds
 import "fmt"
 
 // applyTarget stores a target record and fans it out. A create inserts the
-// record and, in one INSERT … SELECT, a feed row for every viewer following
-// the author. An update of a stored record rewrites its body in place (its
+// record and queues it for the transaction's fan-out (fanout.go): one
+// INSERT … SELECT writes a feed row for every viewer following the author. An update of a stored record rewrites its body in place (its
 // feed position stays). A delete removes it from its author's followers'
 // feeds and leaves a tombstone against replays.
 func (w *txWriter) applyTarget(c *Change, collID int64) error {
@@ -80,13 +80,8 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 		&recordID); err != nil {
 		return fmt.Errorf("insert record: %w", err)
 	}
-	n, err := w.exec(st.fanout, actorID, collID, sortUS, recordID)
-	if err != nil {
-		return fmt.Errorf("fan out: %w", err)
-	}
-	w.res.FanoutRows += n
-	if n > 0 {
-		w.grewFollowersOf(actorID, collID)
+	if err := w.queueFanout(actorID, collID, sortUS, recordID); err != nil {
+		return err
 	}
 	w.res.Applied++
 	return nil
