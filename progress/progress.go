@@ -49,7 +49,6 @@ type Reporter struct {
 	done      int
 	total     int
 	last      time.Time // last draw or log line
-	drawn     bool      // a bar is on the line, to be ended by Finish
 }
 
 // New returns a Reporter writing to w.
@@ -79,7 +78,7 @@ func IsTerminal(w io.Writer) bool {
 
 // Update records that done of total units are finished. The first update
 // is always shown; later ones at most every redraw interval (bar) or every
-// Every (log), and the last one (done == total) always.
+// Every (log), and on a bar the last one (done == total) always.
 func (r *Reporter) Update(done, total int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -95,25 +94,25 @@ func (r *Reporter) Update(done, total int) {
 	if r.opts.Terminal {
 		every = redrawEvery
 	}
-	if now.Sub(r.last) >= every || (done >= total && total > 0) {
+	// A bar shows its last step at once; a log gets it from Finish.
+	if now.Sub(r.last) >= every || (r.opts.Terminal && done >= total && total > 0) {
 		r.show(now)
 	}
 }
 
-// Finish shows the final state and ends the bar's line. outcome is logged
-// with it ("done", "interrupted", …).
+// Finish shows the final state with its outcome ("done", "interrupted",
+// …) and ends the bar's line. Without an update before it, there was no
+// progress to show, and it shows nothing.
 func (r *Reporter) Finish(outcome string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !r.started {
+		return
+	}
 	now := r.opts.Now()
 	if r.opts.Terminal {
-		if r.started {
-			r.draw(now)
-		}
-		if r.drawn {
-			fmt.Fprintf(r.w, "  %s\n", outcome)
-			r.drawn = false
-		}
+		r.draw(now)
+		fmt.Fprintf(r.w, "  %s\n", outcome)
 		return
 	}
 	r.opts.Logger.Info("progress", r.attrs(now, outcome)...)
@@ -151,7 +150,6 @@ func (r *Reporter) draw(now time.Time) {
 	// \r returns to the line's start; \x1b[K clears what a longer earlier
 	// line left behind.
 	fmt.Fprintf(r.w, "\r%s [%s] %d/%d %3d%%  %.1f/s  %s\x1b[K", r.opts.Task, bar, r.done, r.total, pct, rate, tail)
-	r.drawn = true
 }
 
 func (r *Reporter) attrs(now time.Time, state string) []any {

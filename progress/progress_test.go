@@ -82,6 +82,16 @@ func TestLogLinesEveryIntervalWithRateFromTheResumePoint(t *testing.T) {
 	}
 }
 
+func TestFinishWithoutUpdatesShowsNothing(t *testing.T) {
+	for _, term := range []bool{true, false} {
+		var buf bytes.Buffer
+		New(&buf, Options{Task: "x", Terminal: term}).Finish("done")
+		if buf.Len() != 0 {
+			t.Errorf("terminal=%v: wrote %q", term, buf.String())
+		}
+	}
+}
+
 func TestIsTerminal(t *testing.T) {
 	if IsTerminal(&bytes.Buffer{}) {
 		t.Error("a buffer is not a terminal")
