@@ -147,3 +147,33 @@ func (s *Store) rebuildPosition(ctx context.Context, kind string) (int64, time.T
 	}
 	return after, fromMicros(startedUS), nil
 }
+
+// RebuildPosition is where an unfinished rebuild of a feed stopped.
+type RebuildPosition struct {
+	Feed string
+	// AfterViewer is the actor id of the last viewer rebuilt.
+	AfterViewer int64
+	Started     time.Time
+	Updated     time.Time
+}
+
+func (s *Store) rebuildPositions(ctx context.Context) ([]RebuildPosition, error) {
+	rows, err := s.reader.QueryContext(ctx, `
+		SELECT substr(kind, ?1), seq, time_us, updated_us FROM cursors WHERE kind LIKE ?2 ORDER BY kind`,
+		len(rebuildCursorPrefix)+1, rebuildCursorPrefix+"%")
+	if err != nil {
+		return nil, fmt.Errorf("read rebuild positions: %w", err)
+	}
+	defer rows.Close()
+	var out []RebuildPosition
+	for rows.Next() {
+		var p RebuildPosition
+		var started, updated int64
+		if err := rows.Scan(&p.Feed, &p.AfterViewer, &started, &updated); err != nil {
+			return nil, err
+		}
+		p.Started, p.Updated = fromMicros(started), fromMicros(updated)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}

@@ -181,6 +181,10 @@ func printReport(w io.Writer, r feeds.CursorReport, now time.Time) {
 	for _, f := range r.Feeds {
 		fmt.Fprintf(w, "  %s: %d viewers, %d items\n", f.Feed, f.Viewers, f.Items)
 	}
+	for _, rb := range r.Rebuilds {
+		fmt.Fprintf(w, "  rebuild of %s interrupted after viewer %d (started %s); `appview rebuild --feed %s` resumes it\n",
+			rb.Feed, rb.AfterViewer, rb.Started.UTC().Format(time.RFC3339), rb.Feed)
+	}
 	fmt.Fprintln(w, "account backfill")
 	var parts []string
 	for _, c := range r.Listings {

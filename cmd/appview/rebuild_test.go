@@ -93,6 +93,9 @@ func TestRebuildInterruptedAndResumed(t *testing.T) {
 	if err != nil || !strings.Contains(out, "following: 5 viewers, 6 items") {
 		t.Fatalf("after the interruption, want the first two viewers rebuilt:\n%s%v", out, err)
 	}
+	if !strings.Contains(out, "rebuild of following interrupted after viewer ") {
+		t.Errorf("cursor show does not list the interrupted rebuild:\n%s", out)
+	}
 
 	out, logs, err := runCmd(t, env, "rebuild", "--feed", "following", "--chunk", "2")
 	if err != nil {
@@ -105,7 +108,7 @@ func TestRebuildInterruptedAndResumed(t *testing.T) {
 		t.Errorf("the resumed run did not say where it resumed:\n%s", logs)
 	}
 	out, _, err = runCmd(t, env, "cursor", "show")
-	if err != nil || !strings.Contains(out, "following: 5 viewers, 15 items") {
+	if err != nil || !strings.Contains(out, "following: 5 viewers, 15 items") || strings.Contains(out, "rebuild of") {
 		t.Fatalf("after the resumed rebuild:\n%s%v", out, err)
 	}
 
