@@ -43,11 +43,7 @@ func backfillCmd(ctx context.Context, args, environ []string, stdout, stderr io.
 			names = append(names, f.Name)
 		}
 	}
-	log, err := appview.NewLogger(cfg.Log, stderr)
-	if err != nil {
-		return err
-	}
-	store, err := appview.OpenStore(ctx, cfg)
+	store, log, err := openLogged(ctx, cfg, stderr)
 	if err != nil {
 		return err
 	}

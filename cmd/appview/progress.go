@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -9,8 +10,20 @@ import (
 	"time"
 
 	"github.com/atfeeds/appview/appview"
+	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/progress"
 )
+
+// openLogged opens the configured database and the daemon's logger on
+// stderr, for the long commands that log their progress.
+func openLogged(ctx context.Context, cfg appview.Config, stderr io.Writer) (*feeds.Store, *slog.Logger, error) {
+	log, err := appview.NewLogger(cfg.Log, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := appview.OpenStore(ctx, cfg)
+	return store, log, err
+}
 
 // progressFlag adds --progress-every, the interval of the progress log
 // lines when stderr is not a terminal.

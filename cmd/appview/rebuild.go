@@ -8,7 +8,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/atfeeds/appview/appview"
 	"github.com/atfeeds/appview/feeds"
 )
 
@@ -38,11 +37,7 @@ func rebuildCmd(ctx context.Context, args, environ []string, stdout, stderr io.W
 	if *chunk < 1 {
 		return errors.New("rebuild: --chunk must be at least 1")
 	}
-	log, err := appview.NewLogger(cfg.Log, stderr)
-	if err != nil {
-		return err
-	}
-	store, err := appview.OpenStore(ctx, cfg)
+	store, log, err := openLogged(ctx, cfg, stderr)
 	if err != nil {
 		return err
 	}
