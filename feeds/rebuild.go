@@ -49,8 +49,9 @@ type RebuildProgress struct {
 // time_us when the rebuild started.
 const rebuildCursorPrefix = "rebuild:"
 
-// RebuildFeed rebuilds feed for all its viewers, resuming a rebuild that
-// was interrupted. A cancelled ctx stops it between or inside chunks; what
+// RebuildFeed rebuilds feed for all its viewers (in index_all mode, every
+// account whose follows are stored), resuming a rebuild that was
+// interrupted. A cancelled ctx stops it between or inside chunks; what
 // committed stays, and the next call goes on from there.
 func (s *Store) RebuildFeed(ctx context.Context, feed string, opts RebuildOptions) (RebuildProgress, error) {
 	lanes, ok := s.lanesOf(feed)
@@ -72,9 +73,8 @@ func (s *Store) RebuildFeed(ctx context.Context, feed string, opts RebuildOption
 	if p.Started.IsZero() {
 		p.Started = opts.Now()
 	}
-	if err := s.reader.QueryRowContext(ctx, `
-		SELECT count(*), coalesce(sum(actor_id <= ?2), 0) FROM viewers WHERE feed = ?1`, feed, after).
-		Scan(&p.Total, &p.Done); err != nil {
+	aud := s.rebuildAudience(feed, lanes)
+	if err := s.reader.QueryRowContext(ctx, aud.count, aud.key, after).Scan(&p.Total, &p.Done); err != nil {
 		return p, fmt.Errorf("count viewers: %w", err)
 	}
 	report := func() {
@@ -91,9 +91,7 @@ func (s *Store) RebuildFeed(ctx context.Context, feed string, opts RebuildOption
 		var last int64
 		var rows int64
 		err := s.write(ctx, func(w *txWriter) error {
-			ids, err := scanIDs(w.tx.QueryContext(ctx, `
-				SELECT actor_id FROM viewers WHERE feed = ? AND actor_id > ? ORDER BY actor_id LIMIT ?`,
-				feed, after, opts.Chunk))
+			ids, err := scanIDs(w.tx.QueryContext(ctx, aud.next, aud.key, after, opts.Chunk))
 			if err != nil {
 				return fmt.Errorf("list viewers: %w", err)
 			}
@@ -131,6 +129,34 @@ func (s *Store) RebuildFeed(ctx context.Context, feed string, opts RebuildOption
 		p.Done += n
 		p.Rows += rows
 		report()
+	}
+}
+
+// rebuildAudience is how a rebuild finds a feed's viewers: the registered
+// ones, or in index_all mode every account whose follows are stored (the
+// fan-out audience of that mode). Both walk a primary key in actor id
+// order.
+type rebuildAudience struct {
+	key any // the feed name, or the follow collection id
+	// count answers (viewers, viewers up to ?2); next lists up to ?3
+	// viewers after ?2.
+	count, next string
+}
+
+func (s *Store) rebuildAudience(feed string, lanes []*lane) rebuildAudience {
+	if s.indexAll {
+		return rebuildAudience{
+			key: lanes[0].followCollID,
+			count: `SELECT count(*), coalesce(sum(actor_id <= ?2), 0)
+				FROM (SELECT DISTINCT actor_id FROM follows WHERE collection_id = ?1)`,
+			next: `SELECT DISTINCT actor_id FROM follows WHERE collection_id = ?1 AND actor_id > ?2
+				ORDER BY actor_id LIMIT ?3`,
+		}
+	}
+	return rebuildAudience{
+		key:   feed,
+		count: `SELECT count(*), coalesce(sum(actor_id <= ?2), 0) FROM viewers WHERE feed = ?1`,
+		next:  `SELECT actor_id FROM viewers WHERE feed = ?1 AND actor_id > ?2 ORDER BY actor_id LIMIT ?3`,
 	}
 }
 

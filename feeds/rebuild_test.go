@@ -167,3 +167,24 @@ func TestReleaseFirstReadLetsAnotherOwnerClaimAtOnce(t *testing.T) {
 		t.Errorf("a release counted an attempt: %+v", st)
 	}
 }
+
+// In index_all mode every account whose follows are stored is a viewer,
+// registered or not.
+func TestRebuildFeedIndexAll(t *testing.T) {
+	s := MustOpen(t, defaultFeeds)
+	apply(t, s, follow("alice", "carol", "f1", 1), follow("bob", "carol", "f2", 2),
+		post("carol", "p1", 3), post("carol", "p2", 4))
+	mustExec(t, s, `DELETE FROM feed_items`)
+	p, err := s.RebuildFeed(context.Background(), "following", RebuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Done != 2 || p.Total != 2 || p.Rows != 4 {
+		t.Errorf("result %+v, want 2 viewers and 4 rows", p)
+	}
+	for _, v := range []string{"alice", "bob"} {
+		if got := feedRKeys(t, s, "following", v, postNSID); !slices.Equal(got, []string{"p2", "p1"}) {
+			t.Errorf("%s = %v", v, got)
+		}
+	}
+}
