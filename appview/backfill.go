@@ -2,6 +2,7 @@ package appview
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -16,7 +17,7 @@ import (
 
 // buildBackfill wires identity resolution and the first-read backfill:
 // one guarded outbound HTTP client for every stranger (PLC, handle
-// domains, PDSes).
+// domains, PDSes). A nil reg registers no metrics.
 func buildBackfill(cfg Config, store *feeds.Store, reg prometheus.Registerer, log *slog.Logger) (*directory.Directory, *backfill.Service) {
 	httpc := egress.NewClient(egress.Options{
 		AllowPrivateNetworks: cfg.Identity.AllowPrivateNetworks,
@@ -35,6 +36,10 @@ func buildBackfill(cfg Config, store *feeds.Store, reg prometheus.Registerer, lo
 		SkipHandleVerification: true,
 	})
 	client := pds.NewClient(httpc, pds.Options{Timeout: cfg.Backfill.RequestTimeout})
+	var metrics *backfill.Metrics // a nil *Metrics counts nothing
+	if reg != nil {
+		metrics = backfill.NewMetrics(reg)
+	}
 	var fs []backfill.Feed
 	for _, f := range cfg.Feeds {
 		bf := backfill.Feed{Name: f.Name, FollowCollection: syntax.NSID(f.FollowCollection)}
@@ -51,8 +56,36 @@ func buildBackfill(cfg Config, store *feeds.Store, reg prometheus.Registerer, lo
 		PerHost:       cfg.Backfill.PerHost,
 		MaxAttempts:   cfg.Backfill.MaxAttempts,
 		ViewerTTL:     cfg.Backfill.ViewerTTL,
-	}, store, dir, client, fs, log, backfill.NewMetrics(reg))
+	}, store, dir, client, fs, log, metrics)
 	return dir, svc
+}
+
+// FirstReads builds what an operator command needs to run first reads the
+// way the daemon does (`appview backfill`): the directory and the
+// first-read service of cfg, on store, without metrics (nothing scrapes a
+// command).
+func FirstReads(cfg Config, store *feeds.Store, log *slog.Logger) (*directory.Directory, *backfill.Service) {
+	return buildBackfill(cfg, store, nil, log)
+}
+
+// ResolveActor turns an operator's --actor (a DID or a handle) into a DID
+// whose DID document names a PDS, so a typo fails before anything is
+// written.
+func ResolveActor(ctx context.Context, dir *directory.Directory, actor string) (syntax.DID, error) {
+	id, err := syntax.ParseAtIdentifier(actor)
+	if err != nil {
+		return "", fmt.Errorf("actor %q: not a DID or handle", actor)
+	}
+	var ident *directory.Identity
+	if id.IsHandle() {
+		ident, err = dir.LookupHandle(ctx, id.Handle())
+	} else {
+		ident, err = dir.LookupDID(ctx, id.DID())
+	}
+	if err != nil {
+		return "", fmt.Errorf("resolve actor %s: %w", actor, err)
+	}
+	return ident.DID, nil
 }
 
 // handleResolver adapts the directory to the XRPC server's actor lookup.

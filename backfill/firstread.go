@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -103,7 +104,7 @@ func (s *Service) start(key viewerKey) (*firstRead, error) {
 		ctx := s.background()
 		select {
 		case s.admit.running <- struct{}{}:
-			r.err = s.runFirstRead(ctx, key)
+			_, r.err = s.runFirstRead(ctx, key, nil)
 			<-s.admit.running
 		case <-ctx.Done():
 			r.err = ctx.Err()
@@ -116,25 +117,36 @@ func (s *Service) start(key viewerKey) (*firstRead, error) {
 	return r, nil
 }
 
-func (s *Service) runFirstRead(ctx context.Context, key viewerKey) error {
+// runFirstRead claims the viewer's first read, backfills it and builds the
+// feed, returning the rows built. progress, when set, hears how many of
+// the followees' collections are fetched. A run whose context ends gives
+// its claim back, so the next one (a restarted daemon, a re-run command)
+// resumes from the stored listing cursors at once.
+func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func(done, total int)) (int64, error) {
 	start := s.cfg.Now()
 	claimed, err := s.store.ClaimFirstRead(ctx, key.viewer, key.feed, s.owner, start, s.cfg.Lease)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if !claimed {
 		// Another daemon (or a run we lost track of) holds a live claim.
 		s.metrics.firstRead("claimed_elsewhere", 0)
-		return nil
+		return 0, ErrClaimedElsewhere
 	}
-	err = s.backfillViewer(ctx, key)
+	var rows int64
+	err = s.backfillViewer(ctx, key, progress)
 	if err == nil {
-		_, err = s.store.CompleteFirstRead(ctx, key.viewer, key.feed, s.owner, s.cfg.Now())
+		rows, err = s.store.CompleteFirstRead(ctx, key.viewer, key.feed, s.owner, s.cfg.Now())
 	}
 	took := s.cfg.Now().Sub(start)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
-			return err
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if rerr := s.store.ReleaseFirstRead(rctx, key.viewer, key.feed, s.owner); rerr != nil {
+				s.log.Warn("release first-read claim", "err", rerr)
+			}
+			return 0, err
 		}
 		st, _ := s.store.RegisterViewer(ctx, key.viewer, key.feed, s.cfg.Now())
 		next := s.cfg.Now().Add(s.retryAfter(st.Attempts + 1))
@@ -143,18 +155,18 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey) error {
 		}
 		s.metrics.firstRead("failed", took)
 		s.log.Info("first read failed", "viewer", key.viewer, "feed", key.feed, "err", err)
-		return err
+		return 0, err
 	}
 	s.markComplete(key, s.cfg.Now())
 	s.metrics.firstRead("complete", took)
-	return nil
+	return rows, nil
 }
 
 // backfillViewer lists the viewer's follows, then makes sure every
 // followee's recent targets are stored. Only a failure to read the
 // viewer's own follows fails the first read; a followee that cannot be
 // fetched is recorded on its listing and retried on its own schedule.
-func (s *Service) backfillViewer(ctx context.Context, key viewerKey) error {
+func (s *Service) backfillViewer(ctx context.Context, key viewerKey, progress func(done, total int)) error {
 	f := s.feeds[key.feed]
 	if err := s.ensureListing(ctx, key.viewer, f.FollowCollection, s.cfg.MaxFollows, "follows"); err != nil {
 		return fmt.Errorf("list follows: %w", err)
@@ -163,6 +175,11 @@ func (s *Service) backfillViewer(ctx context.Context, key viewerKey) error {
 	if err != nil {
 		return err
 	}
+	total := len(followees) * len(f.Targets)
+	var done atomic.Int64
+	if progress != nil {
+		progress(0, total)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.cfg.Concurrency)
 	for _, account := range followees {
@@ -170,6 +187,9 @@ func (s *Service) backfillViewer(ctx context.Context, key viewerKey) error {
 			g.Go(func() error {
 				if err := s.ensureAccount(gctx, account, coll); errors.Is(err, context.Canceled) {
 					return err
+				}
+				if progress != nil {
+					progress(int(done.Add(1)), total)
 				}
 				return nil
 			})

@@ -175,6 +175,8 @@ type CursorReport struct {
 	Jetstream  StreamCursor
 	Generation int64
 	Counts
+	// Rebuilds are the feed rebuilds interrupted before they finished.
+	Rebuilds []RebuildPosition
 }
 
 // Report gathers the cursor report. It counts whole tables: an operator's
@@ -185,6 +187,9 @@ func (s *Store) Report(ctx context.Context) (CursorReport, error) {
 	if r.Jetstream, r.Generation, err = readCursor(ctx, s.reader); err != nil {
 		return r, err
 	}
-	r.Counts, err = s.Counts(ctx)
+	if r.Counts, err = s.Counts(ctx); err != nil {
+		return r, err
+	}
+	r.Rebuilds, err = s.rebuildPositions(ctx)
 	return r, err
 }

@@ -52,10 +52,8 @@ func (s *Store) RetireViewers(ctx context.Context, now time.Time, ttl time.Durat
 
 func (w *txWriter) retireViewer(id int64, feed string) error {
 	lanes, _ := w.s.lanesOf(feed)
-	for _, l := range lanes {
-		if _, err := w.tx.ExecContext(w.ctx, `DELETE FROM feed_items WHERE viewer_id = ? AND target_id = ?`, id, l.id); err != nil {
-			return fmt.Errorf("retire viewer feed: %w", err)
-		}
+	if err := w.clearViewerFeed(id, lanes); err != nil {
+		return fmt.Errorf("retire viewer: %w", err)
 	}
 	if _, err := w.tx.ExecContext(w.ctx, `DELETE FROM viewers WHERE actor_id = ? AND feed = ?`, id, feed); err != nil {
 		return fmt.Errorf("retire viewer: %w", err)
@@ -87,6 +85,17 @@ func (w *txWriter) retireViewer(id int64, feed string) error {
 	for _, sub := range subjects {
 		if err := w.leaveScopeIfUnfollowed(sub); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// clearViewerFeed deletes the viewer's items in the lanes, one primary-key
+// range each.
+func (w *txWriter) clearViewerFeed(viewerID int64, lanes []*lane) error {
+	for _, l := range lanes {
+		if _, err := w.tx.ExecContext(w.ctx, `DELETE FROM feed_items WHERE viewer_id = ? AND target_id = ?`, viewerID, l.id); err != nil {
+			return fmt.Errorf("clear feed %s: %w", l.feed, err)
 		}
 	}
 	return nil

@@ -115,13 +115,8 @@ func (s *Store) CompleteFirstRead(ctx context.Context, viewer syntax.DID, feed, 
 		if !found {
 			return ErrClaimLost
 		}
-		for _, l := range lanes {
-			r, err := w.tx.ExecContext(ctx, buildFeedSQL, id, l.id, l.collectionID, l.followCollID, l.cap)
-			if err != nil {
-				return fmt.Errorf("build feed %s: %w", l.feed, err)
-			}
-			n, _ := r.RowsAffected()
-			rows += n
+		if rows, err = w.buildViewerFeed(id, lanes); err != nil {
+			return err
 		}
 		if rows > 0 {
 			w.grewViewer(id)
@@ -140,6 +135,21 @@ func (s *Store) CompleteFirstRead(ctx context.Context, viewer syntax.DID, feed, 
 		return nil
 	})
 	return rows, err
+}
+
+// buildViewerFeed fills the viewer's lanes from what is stored, one
+// statement per lane, and returns the rows written.
+func (w *txWriter) buildViewerFeed(viewerID int64, lanes []*lane) (int64, error) {
+	var rows int64
+	for _, l := range lanes {
+		r, err := w.tx.ExecContext(w.ctx, buildFeedSQL, viewerID, l.id, l.collectionID, l.followCollID, l.cap)
+		if err != nil {
+			return rows, fmt.Errorf("build feed %s: %w", l.feed, err)
+		}
+		n, _ := r.RowsAffected()
+		rows += n
+	}
+	return rows, nil
 }
 
 // buildFeedSQL fills one lane of a viewer's feed from what is stored: the
@@ -167,6 +177,26 @@ func (s *Store) FailFirstRead(ctx context.Context, viewer syntax.DID, feed, owne
 			id, feed, owner, truncate(reason, 512), nextRetry.UnixMicro())
 		if err != nil {
 			return fmt.Errorf("record failed first read: %w", err)
+		}
+		return nil
+	})
+}
+
+// ReleaseFirstRead gives up owner's claim on a first read that stopped
+// without an outcome (its context ended: a shutdown, an operator's Ctrl-C),
+// without counting an attempt: the next run, in this process or another,
+// goes on at once from the stored listing cursors instead of waiting for
+// the lease to run out.
+func (s *Store) ReleaseFirstRead(ctx context.Context, viewer syntax.DID, feed, owner string) error {
+	return s.write(ctx, func(w *txWriter) error {
+		id, found, err := w.existingActorID(viewer)
+		if err != nil || !found {
+			return err
+		}
+		if _, err := w.tx.ExecContext(ctx, `
+			UPDATE viewers SET claim_owner = '', claim_until_us = 0
+			WHERE actor_id = ?1 AND feed = ?2 AND claim_owner = ?3`, id, feed, owner); err != nil {
+			return fmt.Errorf("release first read: %w", err)
 		}
 		return nil
 	})

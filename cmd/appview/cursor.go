@@ -134,6 +134,17 @@ func auditCmd(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 // openForCommand parses --config (and the command's own flags) and opens
 // the configured database.
 func openForCommand(ctx context.Context, name string, args, environ []string, stderr io.Writer, extra func(*flag.FlagSet)) (*feeds.Store, appview.Config, error) {
+	cfg, err := parseForCommand(name, args, environ, stderr, extra)
+	if err != nil {
+		return nil, cfg, err
+	}
+	store, err := appview.OpenStore(ctx, cfg)
+	return store, cfg, err
+}
+
+// parseForCommand parses --config and the command's own flags, and loads
+// the config (file and APPVIEW_ variables), opening nothing.
+func parseForCommand(name string, args, environ []string, stderr io.Writer, extra func(*flag.FlagSet)) (appview.Config, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "YAML config file (default: built-in defaults)")
@@ -141,17 +152,12 @@ func openForCommand(ctx context.Context, name string, args, environ []string, st
 		extra(fs)
 	}
 	if err := fs.Parse(args); err != nil {
-		return nil, appview.Config{}, err
+		return appview.Config{}, err
 	}
 	if fs.NArg() > 0 {
-		return nil, appview.Config{}, fmt.Errorf("%s: unexpected argument %q", name, fs.Arg(0))
+		return appview.Config{}, fmt.Errorf("%s: unexpected argument %q", name, fs.Arg(0))
 	}
-	cfg, err := appview.LoadConfigEnv(*configPath, environ)
-	if err != nil {
-		return nil, cfg, err
-	}
-	store, err := appview.OpenStore(ctx, cfg)
-	return store, cfg, err
+	return appview.LoadConfigEnv(*configPath, environ)
 }
 
 func operator() string {
@@ -174,6 +180,10 @@ func printReport(w io.Writer, r feeds.CursorReport, now time.Time) {
 	fmt.Fprintln(w, "feeds")
 	for _, f := range r.Feeds {
 		fmt.Fprintf(w, "  %s: %d viewers, %d items\n", f.Feed, f.Viewers, f.Items)
+	}
+	for _, rb := range r.Rebuilds {
+		fmt.Fprintf(w, "  rebuild of %s interrupted after viewer %d (started %s); `appview rebuild --feed %s` resumes it\n",
+			rb.Feed, rb.AfterViewer, rb.Started.UTC().Format(time.RFC3339), rb.Feed)
 	}
 	fmt.Fprintln(w, "account backfill")
 	var parts []string

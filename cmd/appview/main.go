@@ -6,6 +6,8 @@
 //	appview version
 //	appview cursor show | reset jetstream|account|viewer …
 //	appview audit
+//	appview backfill --actor DID|HANDLE [--feed NAME]
+//	appview rebuild --feed NAME
 //
 // Each command lives in its own file; this one only dispatches.
 package main
@@ -50,6 +52,10 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		return cursorCmd(ctx, args[1:], environ, stdout, stderr)
 	case "audit":
 		return auditCmd(ctx, args[1:], environ, stdout, stderr)
+	case "backfill":
+		return backfillCmd(ctx, args[1:], environ, stdout, stderr)
+	case "rebuild":
+		return rebuildCmd(ctx, args[1:], environ, stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return nil
@@ -72,6 +78,16 @@ func usage(w io.Writer) {
   appview cursor reset viewer DID [--feed NAME]
                                     repair a position; safe while the daemon runs; audited
   appview audit [--limit N]         list the resets made, newest first
+  appview backfill --actor DID|HANDLE [--feed NAME]
+                                    run a viewer's first read now (every feed, or one),
+                                    as the daemon would, without the per-client limit
+  appview rebuild --feed NAME [--chunk N]
+                                    rebuild every viewer's items in a feed from the
+                                    stored records and follows
+
+backfill and rebuild show progress on stderr (a bar on a terminal, a log
+line every --progress-every otherwise), are safe while the daemon runs, and
+resume where they stopped when run again after Ctrl-C or SIGTERM.
 
 Scalar config keys can also be set from the environment: APPVIEW_ plus the
 key path in upper snake case (APPVIEW_DATABASE_PATH, APPVIEW_HTTP_LISTEN,

@@ -1,0 +1,140 @@
+package backfill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/atfeeds/appview/pds/pdstest"
+)
+
+func TestRunFirstReadBuildsTheFeedAndReportsProgress(t *testing.T) {
+	// A per-client bucket of zero new viewers would refuse any read: the
+	// operator's run does not pass through it.
+	w := newWorld(t, Config{Admission: AdmissionConfig{PerClientRate: 1e-9, PerClientBurst: 1}})
+	viewer := w.account("viewer")
+	for i := range 3 {
+		acct := w.account(fmt.Sprint("acct", i))
+		w.follow(viewer, acct, i)
+		w.post(acct, 100+i)
+	}
+	var mu sync.Mutex
+	var seen [][2]int
+	res, err := w.svc.RunFirstRead(context.Background(), viewer, "following", func(done, total int) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, [2]int{done, total})
+	})
+	if err != nil || res.Rows != 3 || res.AlreadyComplete {
+		t.Fatalf("first read: %+v, %v; want 3 rows", res, err)
+	}
+	if len(seen) != 4 || seen[0] != [2]int{0, 3} || seen[3] != [2]int{3, 3} {
+		t.Errorf("progress %v, want 0/3 … 3/3", seen)
+	}
+	if got := w.page(t, viewer, 10); len(got) != 3 {
+		t.Errorf("feed = %v", got)
+	}
+	res, err = w.svc.RunFirstRead(context.Background(), viewer, "following", nil)
+	if err != nil || !res.AlreadyComplete {
+		t.Errorf("second run: %+v, %v; want already complete", res, err)
+	}
+	if _, err := w.svc.RunFirstRead(context.Background(), viewer, "nope", nil); err == nil {
+		t.Error("unknown feed accepted")
+	}
+}
+
+// A first read interrupted by its context gives its claim back without
+// counting an attempt; the next run goes on from what was committed.
+func TestRunFirstReadInterruptedResumes(t *testing.T) {
+	w := newWorld(t, Config{Concurrency: 1})
+	viewer := w.account("viewer")
+	var accts []string
+	for i := range 4 {
+		acct := w.account(fmt.Sprint("acct", i))
+		accts = append(accts, string(acct))
+		w.follow(viewer, acct, i)
+		w.post(acct, 100+i)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	fetched := map[string]int{}
+	armed := true
+	w.gate.Store(func(r *http.Request) {
+		q := r.URL.Query()
+		if q.Get("collection") != string(postNSID) {
+			return
+		}
+		mu.Lock()
+		fetched[q.Get("repo")]++
+		n, interrupt := len(fetched), armed
+		mu.Unlock()
+		if interrupt && n == 3 {
+			cancel() // Ctrl-C while the third followee is in flight
+			<-r.Context().Done()
+		}
+	})
+	if _, err := w.svc.RunFirstRead(ctx, viewer, "following", nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted run: %v", err)
+	}
+	if ok, err := w.store.ClaimFirstRead(context.Background(), viewer, "following", "someone-else", w.clock, time.Minute); !ok || err != nil {
+		t.Fatalf("the interrupted run kept its claim: %v %v", ok, err)
+	}
+	if err := w.store.ReleaseFirstRead(context.Background(), viewer, "following", "someone-else"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	armed = false
+	mu.Unlock()
+	res, err := w.svc.RunFirstRead(context.Background(), viewer, "following", nil)
+	if err != nil || res.Rows != 4 {
+		t.Fatalf("resumed run: %+v, %v; want 4 rows", res, err)
+	}
+	if n := w.pds.Requests(viewer, followNSID); n != 1 {
+		t.Errorf("the viewer's follows were listed %d times, want once (complete before the interruption)", n)
+	}
+	for _, a := range accts {
+		mu.Lock()
+		n := fetched[a]
+		mu.Unlock()
+		if n == 0 || n > 2 {
+			t.Errorf("%s fetched %d times", a, n)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, n := range fetched {
+		total += n
+	}
+	if total != 5 {
+		t.Errorf("%d followee fetches over both runs, want 5: the two done before the interruption are not fetched again", total)
+	}
+}
+
+func TestRunFirstReadRefusesWhatIsNotDueOrRunning(t *testing.T) {
+	w := newWorld(t, Config{RetryBase: time.Minute})
+	viewer := w.account("viewer")
+	w.pds.Fail(viewer, followNSID, pdstest.FaultStatus500)
+	if _, err := w.svc.RunFirstRead(context.Background(), viewer, "following", nil); err == nil {
+		t.Fatal("a failing PDS gave a successful first read")
+	}
+	_, err := w.svc.RunFirstRead(context.Background(), viewer, "following", nil)
+	if !errors.Is(err, ErrNotDue) {
+		t.Fatalf("second run before the retry time: %v, want ErrNotDue", err)
+	}
+
+	other := w.account("other")
+	if _, err := w.store.RegisterViewer(context.Background(), other, "following", w.clock); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := w.store.ClaimFirstRead(context.Background(), other, "following", "a-daemon", w.clock, time.Minute); !ok {
+		t.Fatal("claim failed")
+	}
+	if _, err := w.svc.RunFirstRead(context.Background(), other, "following", nil); !errors.Is(err, ErrClaimedElsewhere) {
+		t.Fatalf("run while a daemon holds the claim: %v, want ErrClaimedElsewhere", err)
+	}
+}
