@@ -28,6 +28,8 @@ type feedParams struct {
 	// filled in once it resolves.
 	Handle    syntax.Handle
 	RawCursor string
+	// Profiles asks for the authors' profiles (profiles=true).
+	Profiles bool
 }
 
 // parseFeedParams checks getFeed's raw query string. An empty value counts
@@ -39,7 +41,7 @@ func (s *Server) parseFeedParams(rawQuery string) (feedParams, *Error) {
 	}
 	// Unknown parameters are ignored, as XRPC servers do; known ones may
 	// appear once.
-	for _, name := range []string{"feed", "actor", "collection", "limit", "cursor"} {
+	for _, name := range []string{"feed", "actor", "collection", "limit", "cursor", "profiles"} {
 		if len(q[name]) > 1 {
 			return feedParams{}, invalidRequest("parameter " + name + " must not be repeated")
 		}
@@ -95,6 +97,14 @@ func (s *Server) parseFeedParams(rawQuery string) (feedParams, *Error) {
 			return feedParams{}, invalidRequest("limit must be an integer from 1 to 100")
 		}
 		p.Limit = n
+	}
+
+	switch q.Get("profiles") {
+	case "", "false":
+	case "true":
+		p.Profiles = true
+	default:
+		return feedParams{}, invalidRequest("profiles must be true or false")
 	}
 
 	p.RawCursor = q.Get("cursor")
@@ -156,6 +166,9 @@ type feedRecord struct {
 type feedResponse struct {
 	Records []feedRecord `json:"records"`
 	Cursor  string       `json:"cursor,omitempty"`
+	// Profiles is set only when asked for (profiles=true); a pointer so
+	// that an empty list is still written.
+	Profiles *[]profileView `json:"profiles,omitempty"`
 }
 
 // getFeed serves GET /xrpc/<ns>.getFeed.
@@ -206,6 +219,14 @@ func (s *Server) getFeed(c echo.Context) error {
 	}
 	if page.Next != nil {
 		resp.Cursor = encodeCursor(p.Scope, *page.Next)
+	}
+	if p.Profiles {
+		views, err := s.hydrate(c.Request().Context(), resp.Records)
+		if err != nil {
+			s.logger.Error("hydrate profiles", "err", err)
+			return errInternal
+		}
+		resp.Profiles = &views
 	}
 	return writeJSON(c, http.StatusOK, resp)
 }
