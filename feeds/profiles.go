@@ -72,18 +72,12 @@ func (w *txWriter) applyProfile(c *Change) error {
 // interned already (the stream never interns an account for its profile)
 // and, outside index_all mode, someone whose follows are stored follows it.
 func (w *txWriter) profileInScope(did syntax.DID) (int64, bool, error) {
+	if !w.s.indexAll {
+		return w.authorInScope(did) // which interns nothing outside index_all
+	}
 	id, found, err := w.existingActorID(did)
-	if err != nil || !found || w.s.indexAll {
-		w.countOutOfScope(found, err)
-		return id, found, err
-	}
-	var one int
-	followed, err := w.queryRow(w.s.stmts.followedByAnyone, []any{id}, &one)
-	if err != nil {
-		return 0, false, fmt.Errorf("check followers: %w", err)
-	}
-	w.countOutOfScope(followed, nil)
-	return id, followed, nil
+	w.countOutOfScope(found, err)
+	return id, found, err
 }
 
 // writeProfile runs query (upsertProfileSQL or insertFetchedProfileSQL)

@@ -25,9 +25,9 @@ type ScopeChange struct {
 // fetches the new collection per followed account from the PDSes, lazily
 // and through the first-read admission, never all at once. Profiles
 // (hydration turned on) need no rebuild: a read fetches the missing ones;
-// turned off, the stored ones are forgotten, as they would go stale. The new scope
-// is stored with the cursor. It returns nil when nothing changed or no
-// cursor is stored yet.
+// turned off, the stored ones are forgotten, as they would go stale. The
+// new scope is stored with the cursor. It returns nil when nothing changed
+// or no cursor is stored yet.
 func (s *Store) CheckScope(ctx context.Context, wanted []string) (*ScopeChange, error) {
 	after := slices.Sorted(slices.Values(wanted))
 	scope := strings.Join(after, ",")

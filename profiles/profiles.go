@@ -58,24 +58,21 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	def := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	defDur := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	defDur(&c.Wait, 250*time.Millisecond)
-	def(&c.QueueSize, 1024)
-	def(&c.Concurrency, 4)
-	def(&c.PerHost, 2)
-	defDur(&c.FetchTimeout, 10*time.Second)
-	defDur(&c.RetryAfter, 5*time.Minute)
+	orDefault(&c.Wait, 250*time.Millisecond)
+	orDefault(&c.QueueSize, 1024)
+	orDefault(&c.Concurrency, 4)
+	orDefault(&c.PerHost, 2)
+	orDefault(&c.FetchTimeout, 10*time.Second)
+	orDefault(&c.RetryAfter, 5*time.Minute)
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+}
+
+// orDefault sets a zero or negative *v to d.
+func orDefault[T int | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
 	}
 }
 
