@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/atfeeds/appview/feeds"
 )
 
 // Config is the whole configuration of the daemon. Start from
@@ -26,6 +28,7 @@ type Config struct {
 	Identity  IdentityConfig  `yaml:"identity"`
 	Backfill  BackfillConfig  `yaml:"backfill"`
 	Sweep     SweepConfig     `yaml:"sweep"`
+	Hydration HydrationConfig `yaml:"hydration"`
 	// Feeds replaces the default list as a whole when the file names it.
 	// An empty list is valid: the daemon then fans nothing out.
 	Feeds []FeedConfig `yaml:"feeds"`
@@ -148,12 +151,13 @@ func DefaultConfig() Config {
 			CatchupBatchSize: 10000,
 			IndexAll:         false,
 		},
-		HTTP:     HTTPConfig{Listen: ":8080"},
-		XRPC:     XRPCConfig{Namespace: "com.example.appview"},
-		Log:      LogConfig{Level: "info", Format: "text"},
-		Identity: defaultIdentityConfig(),
-		Backfill: defaultBackfillConfig(),
-		Sweep:    defaultSweepConfig(),
+		HTTP:      HTTPConfig{Listen: ":8080"},
+		XRPC:      XRPCConfig{Namespace: "com.example.appview"},
+		Log:       LogConfig{Level: "info", Format: "text"},
+		Identity:  defaultIdentityConfig(),
+		Backfill:  defaultBackfillConfig(),
+		Sweep:     defaultSweepConfig(),
+		Hydration: defaultHydrationConfig(),
 		Feeds: []FeedConfig{{
 			Name:             "following",
 			FollowCollection: "app.bsky.graph.follow",
@@ -263,9 +267,10 @@ func (t *TargetConfig) UnmarshalYAML(unmarshal func(any) error) error {
 }
 
 // WantedCollections returns the sorted union of every feed's follow and
-// target collections: what the Jetstream subscription must ask for. It is
-// empty when there are no feeds; Jetstream reads an empty
-// wantedCollections as "everything", so do not subscribe with it as is.
+// target collections, and the profile collection when profile hydration
+// is on: what the Jetstream subscription must ask for. It is empty when
+// there are no feeds; Jetstream reads an empty wantedCollections as
+// "everything", so do not subscribe with it as is.
 func (c Config) WantedCollections() []string {
 	var out []string
 	for _, f := range c.Feeds {
@@ -273,6 +278,9 @@ func (c Config) WantedCollections() []string {
 		for _, t := range f.Targets {
 			out = append(out, t.Collection)
 		}
+	}
+	if len(out) > 0 && c.Hydration.Profiles {
+		out = append(out, string(feeds.ProfileCollection))
 	}
 	slices.Sort(out)
 	return slices.Compact(out)

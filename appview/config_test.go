@@ -316,6 +316,19 @@ func TestValidate(t *testing.T) {
 				c.Feeds[0].Targets = append(c.Feeds[0].Targets, TargetConfig{Collection: fmt.Sprintf("com.example.c%d", i), Cap: 1})
 			}
 		}, "feeds: name 102 distinct collections; Jetstream accepts at most 100"},
+		{"hydration on", func(c *Config) { c.Hydration.Profiles = true }, ""},
+		{"profile collection as a target without hydration", func(c *Config) { c.Feeds[0].Targets[0].Collection = "app.bsky.actor.profile" }, ""},
+		{"profile collection as a target with hydration", func(c *Config) {
+			c.Hydration.Profiles = true
+			c.Feeds[0].Targets[0].Collection = "app.bsky.actor.profile"
+		}, "feeds[0].targets[0].collection: must not be app.bsky.actor.profile while hydration.profiles is on"},
+		{"zero fetch wait", func(c *Config) { c.Hydration.FetchWait = 0 }, "hydration.fetch_wait: must be positive and at most 2s"},
+		{"long fetch wait", func(c *Config) { c.Hydration.FetchWait = 3 * time.Second }, "hydration.fetch_wait: must be positive and at most 2s"},
+		{"zero fetch timeout", func(c *Config) { c.Hydration.FetchTimeout = 0 }, "hydration.fetch_timeout: must be positive"},
+		{"zero retry after", func(c *Config) { c.Hydration.RetryAfter = 0 }, "hydration.retry_after: must be positive"},
+		{"zero hydration queue", func(c *Config) { c.Hydration.QueueSize = 0 }, "hydration.queue_size: must be between 1 and 1000000"},
+		{"zero hydration concurrency", func(c *Config) { c.Hydration.Concurrency = 0 }, "hydration.concurrency: must be positive"},
+		{"zero hydration per host", func(c *Config) { c.Hydration.PerHost = 0 }, "hydration.per_host: must be positive"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -371,6 +384,9 @@ func TestCollections(t *testing.T) {
 		{"follow", cfg.FollowCollections(), []string{"app.bsky.graph.follow", "com.example.graph.follow"}},
 		{"default wanted", DefaultConfig().WantedCollections(), []string{"app.bsky.feed.post", "app.bsky.graph.follow"}},
 		{"no feeds wanted", Config{}.WantedCollections(), nil},
+		{"hydration wanted", Config{Feeds: DefaultConfig().Feeds, Hydration: HydrationConfig{Profiles: true}}.WantedCollections(),
+			[]string{"app.bsky.actor.profile", "app.bsky.feed.post", "app.bsky.graph.follow"}},
+		{"hydration without feeds wanted", Config{Hydration: HydrationConfig{Profiles: true}}.WantedCollections(), nil},
 		{"no feeds follow", Config{}.FollowCollections(), nil},
 	}
 	for _, tt := range tests {

@@ -39,6 +39,7 @@ func (c Config) Validate() error {
 	c.validateBackfill(fail)
 	c.validateSweep(fail)
 	c.validateNotify(fail)
+	c.validateHydration(fail)
 
 	js := c.Jetstream
 	if len(js.URLs) == 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/atfeeds/appview/backfill"
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/jetstream"
+	"github.com/atfeeds/appview/profiles"
 	"github.com/atfeeds/appview/xrpc"
 )
 
@@ -40,6 +41,7 @@ type Daemon struct {
 	consumer *jetstream.Client
 	ingest   *ingester
 	backfill *backfill.Service
+	profiles *profiles.Service // nil when profile hydration is off
 	server   *xrpc.Server
 	status   *statusPage
 	listener net.Listener
@@ -67,6 +69,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		Logger:   log,
 		Metrics:  feeds.NewMetrics(reg),
 		IndexAll: cfg.Ingest.IndexAll,
+		Profiles: cfg.Hydration.Profiles,
 		Sweep: feeds.SweepOptions{
 			Actors:           cfg.Sweep.Actors,
 			RecoveryInterval: cfg.Sweep.RecoveryInterval,
@@ -122,6 +125,10 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 	if !cfg.Ingest.IndexAll {
 		xcfg.Viewers = firstReads
 	}
+	hydration := buildProfiles(cfg, store, dir, reg, log)
+	if hydration != nil {
+		xcfg.Profiles = hydration
+	}
 	wireNotify(&xcfg, cfg, store, dir, reg, log, firstReads.FollowsCreated)
 	status := newStatusPage(store, Version, log, time.Now)
 	xcfg.Status = status.Status
@@ -141,6 +148,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		store:    store,
 		consumer: consumer,
 		backfill: firstReads,
+		profiles: hydration,
 		ingest: &ingester{
 			store:         store,
 			batchSize:     cfg.Ingest.BatchSize,
@@ -207,6 +215,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { return named("ingest", d.ingest.Run(gctx, events)) })
 	g.Go(func() error { return named("backfill", d.backfill.Run(gctx)) })
+	if d.profiles != nil {
+		g.Go(func() error { return named("profiles", d.profiles.Run(gctx)) })
+	}
 	g.Go(func() error { return named("status", d.status.Run(gctx)) })
 	g.Go(func() error { return named("http", d.server.Serve(d.listener)) })
 	g.Go(func() error {
@@ -269,7 +280,8 @@ func OpenStore(ctx context.Context, cfg Config) (*feeds.Store, error) {
 		return nil, fmt.Errorf("invalid config: %w", err)
 	}
 	storeFeeds, _ := feedDefinitions(cfg)
-	return feeds.Open(ctx, feeds.Options{Path: cfg.Database.Path, Feeds: storeFeeds, IndexAll: cfg.Ingest.IndexAll, ReadConns: 1})
+	return feeds.Open(ctx, feeds.Options{Path: cfg.Database.Path, Feeds: storeFeeds, IndexAll: cfg.Ingest.IndexAll,
+		Profiles: cfg.Hydration.Profiles, ReadConns: 1})
 }
 
 // recordSession keeps every Jetstream connection as a sync run: host,

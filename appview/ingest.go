@@ -95,6 +95,7 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 		idle.Reset(in.sweepIdle)
 		batch.Changes = batch.Changes[:0]
 		batch.Accounts = batch.Accounts[:0]
+		batch.Identities = batch.Identities[:0]
 		batch.Cursor = feeds.StreamCursor{}
 		pending = false
 		return nil
@@ -161,8 +162,8 @@ func (in *ingester) full(n, queued int) bool {
 	return queued == 0 || n >= max(in.catchupSize, in.batchSize)
 }
 
-// addEvent moves the batch cursor to the event and, for a commit, adds the
-// record change. Identity and account events only move the cursor for now.
+// addEvent moves the batch cursor to the event and adds what it says: a
+// commit's record change, an account's status, an identity change.
 func addEvent(b *feeds.Batch, ev *jetstream.Event) {
 	if ev.TimeUS >= b.Cursor.TimeUS {
 		b.Cursor = feeds.StreamCursor{TimeUS: ev.TimeUS, Seq: ev.Seq, Host: ev.Host}
@@ -171,6 +172,10 @@ func addEvent(b *feeds.Batch, ev *jetstream.Event) {
 		b.Accounts = append(b.Accounts, feeds.AccountStatus{
 			DID: ev.DID, Active: ev.Account.Active, Status: ev.Account.Status, TimeUS: ev.TimeUS,
 		})
+		return
+	}
+	if ev.Kind == jetstream.KindIdentity {
+		b.Identities = append(b.Identities, ev.DID)
 		return
 	}
 	if ev.Kind != jetstream.KindCommit || ev.Commit == nil {

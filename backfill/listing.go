@@ -128,7 +128,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 // fetchPage asks the PDS for one page within the global and per-host
 // request limits.
 func (s *Service) fetchPage(ctx context.Context, host string, account syntax.DID, coll syntax.NSID, limit int, cursor string) (pds.Page, error) {
-	release, err := s.limits.acquire(ctx, host)
+	release, err := s.limits.Acquire(ctx, host)
 	if err != nil {
 		return pds.Page{}, err
 	}

@@ -109,7 +109,7 @@ type Service struct {
 	metrics  *Metrics
 	// owner names this process in first-read claims.
 	owner  string
-	limits *limiter
+	limits *pds.Limiter
 	admit  *admission
 
 	mu       sync.Mutex
@@ -147,7 +147,7 @@ func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, 
 		log:      log.With("component", "backfill"),
 		metrics:  m,
 		owner:    hex.EncodeToString(b[:]),
-		limits:   newLimiter(cfg.Concurrency, cfg.PerHost),
+		limits:   pds.NewLimiter(cfg.Concurrency, cfg.PerHost),
 		admit:    newAdmission(cfg.Admission),
 		complete: map[viewerKey]time.Time{},
 		running:  map[viewerKey]*firstRead{},

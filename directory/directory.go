@@ -139,12 +139,23 @@ func New(cfg Config) *Directory {
 // LookupDID resolves did to its PDS endpoint and, unless
 // SkipHandleVerification is set, its handle when that resolves back to did.
 func (d *Directory) LookupDID(ctx context.Context, did syntax.DID) (*Identity, error) {
+	return d.lookupDID(ctx, did, !d.cfg.SkipHandleVerification)
+}
+
+// LookupDIDWithHandle is LookupDID with the handle verified even when the
+// directory is configured to skip it: for the callers that show handles
+// (profile hydration), sharing the cache with those that need only the PDS.
+func (d *Directory) LookupDIDWithHandle(ctx context.Context, did syntax.DID) (*Identity, error) {
+	return d.lookupDID(ctx, did, true)
+}
+
+func (d *Directory) lookupDID(ctx context.Context, did syntax.DID, verifyHandle bool) (*Identity, error) {
 	doc, err := d.document(ctx, did)
 	if err != nil {
 		return nil, err
 	}
 	ident := &Identity{DID: did, PDS: doc.pds}
-	if doc.handle == "" || d.cfg.SkipHandleVerification {
+	if doc.handle == "" || !verifyHandle {
 		return ident, nil
 	}
 	// A handle that fails to resolve only leaves Handle empty; the account

@@ -92,6 +92,30 @@ func TestLookupDID(t *testing.T) {
 	}
 }
 
+// A directory that skips handle verification for the backfill still
+// verifies for LookupDIDWithHandle, from the same cached document.
+func TestLookupDIDWithHandle(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "alice.test", pds1)
+	plc.Add(bob, "bob.test", pds2)
+	plc.SetHandle("bob.test", alice)
+	d, _ := newTestDirectory(t, plc, func(c *Config) { c.SkipHandleVerification = true })
+
+	if ident, err := d.LookupDID(t.Context(), alice); err != nil || ident.Handle != "" {
+		t.Fatalf("LookupDID = %+v, %v; want no handle", ident, err)
+	}
+	ident, err := d.LookupDIDWithHandle(t.Context(), alice)
+	if err != nil || *ident != (Identity{DID: alice, Handle: "alice.test", PDS: pds1}) {
+		t.Fatalf("LookupDIDWithHandle = %+v, %v", ident, err)
+	}
+	if plc.RequestsFor(alice) != 1 {
+		t.Errorf("document fetched %d times, want once", plc.RequestsFor(alice))
+	}
+	if ident, err := d.LookupDIDWithHandle(t.Context(), bob); err != nil || ident.Handle != "" || ident.PDS != pds2 {
+		t.Fatalf("unverified handle: %+v, %v", ident, err)
+	}
+}
+
 func TestLookupHandle(t *testing.T) {
 	plc := startPLC(t)
 	plc.Add(alice, "alice.test", pds1)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/atfeeds/appview/jetstream/jetstreamtest"
 )
@@ -30,9 +31,19 @@ func TestGetFeedMatchesLexicon(t *testing.T) {
 	const namespace = "org.example.timeline"
 	js := jetstreamtest.NewServer()
 	defer js.Close()
-	d := startAppview(t, js, "APPVIEW_XRPC_NAMESPACE="+namespace)
-	appendTimeline(js, 5)
+	d := startAppview(t, js, "APPVIEW_XRPC_NAMESPACE="+namespace,
+		"APPVIEW_HYDRATION_PROFILES=true", "APPVIEW_HYDRATION_FETCH_WAIT=50ms")
+	last := appendTimeline(js, 5)
 	waitFeedNS(t, d.base, namespace, alice, 5)
+	// Bob's profile, from the stream, for the profiles=true case.
+	js.Append(jetstreamtest.Profile(bob, last+1, "Bob"))
+	profilesURL := d.base + "/xrpc/" + namespace + ".getFeed?feed=following&profiles=true&actor=" + alice
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(string(get(t, profilesURL)), `"displayName":"Bob"`); {
+		if time.Now().After(deadline) {
+			t.Fatal("bob's profile not served after 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 
 	var lexicons []json.RawMessage
 	for _, method := range []string{"getFeed", "notifyOfUpdate"} {
@@ -65,6 +76,7 @@ func TestGetFeedMatchesLexicon(t *testing.T) {
 		}
 		cursor = page.Cursor
 	}
+	cases = append(cases, exchange{Params: map[string]any{"feed": "following", "actor": alice, "profiles": true}, Output: get(t, profilesURL)})
 	// An explicit collection, and a viewer with an empty feed.
 	for _, params := range []map[string]any{
 		{"feed": "following", "actor": alice, "collection": "app.bsky.feed.post", "limit": 100},

@@ -49,6 +49,7 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 		`DELETE FROM feed_items WHERE viewer_id = ?`,
 		`DELETE FROM follows WHERE actor_id = ?`,
 		`DELETE FROM listings WHERE actor_id = ?`,
+		`DELETE FROM profiles WHERE actor_id = ?`,
 	} {
 		if _, err := w.tx.ExecContext(w.ctx, q, id); err != nil {
 			return fmt.Errorf("delete account data: %w", err)

@@ -87,6 +87,9 @@ type Batch struct {
 	Changes []Change
 	// Accounts are status changes, applied before the changes.
 	Accounts []AccountStatus
+	// Identities are accounts whose identity (handle, PDS) may have
+	// changed: their stored handle is forgotten, to be verified again.
+	Identities []syntax.DID
 	// Cursor covers every change in the batch and any dropped frames that
 	// came with them. A zero Cursor leaves the stored cursor unchanged.
 	Cursor StreamCursor

@@ -32,6 +32,9 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 			return BatchResult{}, fmt.Errorf("apply account status of %s: %w", b.Accounts[i].DID, err)
 		}
 	}
+	if err := w.forgetHandles(b.Identities); err != nil {
+		return BatchResult{}, err
+	}
 	for i := range b.Changes {
 		if err := w.apply(&b.Changes[i]); err != nil {
 			c := &b.Changes[i]
@@ -171,6 +174,9 @@ func (w *txWriter) apply(c *Change) error {
 	}
 	if collID, ok := w.s.targetColls[c.Collection]; ok {
 		return w.applyTarget(c, collID)
+	}
+	if c.Collection == ProfileCollection && w.s.profiles {
+		return w.applyProfile(c)
 	}
 	// Not a collection any feed uses (the stream filter should not send
 	// these); nothing to store.

@@ -88,6 +88,9 @@ func (w *txWriter) leaveScopeIfUnfollowed(subjectID int64) error {
 	if followed {
 		return nil
 	}
+	if err := w.dropProfile(subjectID); err != nil {
+		return err
+	}
 	if _, err := w.tx.ExecContext(w.ctx, `
 		UPDATE listings SET `+reopenListing+`
 		WHERE actor_id = ? AND collection_id NOT IN (SELECT follow_collection_id FROM feed_targets)`,

@@ -23,9 +23,11 @@ type ScopeChange struct {
 // before the cursor, so every viewer of a feed that gained a target is
 // marked for a rebuild: its next read is a first read again, which
 // fetches the new collection per followed account from the PDSes, lazily
-// and through the first-read admission, never all at once. The new scope
-// is stored with the cursor. It returns nil when nothing changed or no
-// cursor is stored yet.
+// and through the first-read admission, never all at once. Profiles
+// (hydration turned on) need no rebuild: a read fetches the missing ones;
+// turned off, the stored ones are forgotten, as they would go stale. The
+// new scope is stored with the cursor. It returns nil when nothing changed
+// or no cursor is stored yet.
 func (s *Store) CheckScope(ctx context.Context, wanted []string) (*ScopeChange, error) {
 	after := slices.Sorted(slices.Values(wanted))
 	scope := strings.Join(after, ",")
@@ -65,6 +67,16 @@ func (s *Store) CheckScope(ctx context.Context, wanted []string) (*ScopeChange, 
 				UPDATE viewers SET state = 'pending', attempts = 0, next_retry_us = 0
 				WHERE feed = ? AND state = 'complete'`, l.feed); err != nil {
 				return fmt.Errorf("mark viewers for rebuild: %w", err)
+			}
+		}
+		if slices.Contains(c.Removed, string(ProfileCollection)) {
+			// Profile hydration was turned off: the stream stops carrying
+			// profiles, so what is stored would go stale. Turned on again,
+			// profiles are fetched afresh as reads need them.
+			for _, q := range []string{`DELETE FROM profiles`, `UPDATE actors SET handle = NULL WHERE handle IS NOT NULL`} {
+				if _, err := w.tx.ExecContext(ctx, q); err != nil {
+					return fmt.Errorf("forget profiles: %w", err)
+				}
 			}
 		}
 		if _, err := w.tx.ExecContext(ctx, `UPDATE cursors SET scope = ? WHERE kind = ?`, scope, cursorKindJetstream); err != nil {

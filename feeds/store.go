@@ -50,6 +50,9 @@ type Options struct {
 	IndexAll bool
 	// Sweep configures pruning, retention and vacuum (sweep.go).
 	Sweep SweepOptions
+	// Profiles stores the profile records of in-scope accounts and keeps
+	// their handles fresh, for profile hydration (profiles.go).
+	Profiles bool
 }
 
 // Store is the daemon's SQLite database: one writer connection that applies
@@ -70,6 +73,7 @@ type Store struct {
 	lanesByFollow map[int64][]*lane     // follow collection id → lanes it feeds
 
 	indexAll bool
+	profiles bool // profile hydration: store profile records
 
 	// writeMu serialises every write transaction and guards the writer's
 	// in-memory state (actorIDs, stmts). SQLite has one writer anyway;
@@ -162,6 +166,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		lanesByFollow: map[int64][]*lane{},
 		actorIDs:      map[syntax.DID]int64{},
 		indexAll:      opts.IndexAll,
+		profiles:      opts.Profiles,
 		sweep:         sweeper{opts: opts.Sweep.withDefaults()},
 	}
 	if err := s.init(ctx, opts); err != nil {

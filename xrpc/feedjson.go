@@ -25,8 +25,9 @@ func putPageBuffer(b *[]byte) {
 }
 
 // appendFeedResponse appends the JSON of a feedResponse, newline-terminated
-// like json.Encoder. Bodies must be valid JSON; getFeed checks them.
-func appendFeedResponse(dst []byte, resp *feedResponse) []byte {
+// like json.Encoder. Bodies must be valid JSON; getFeed checks them. The
+// profiles, when asked for, are few and go through encoding/json.
+func appendFeedResponse(dst []byte, resp *feedResponse) ([]byte, error) {
 	dst = append(dst, `{"records":[`...)
 	for i := range resp.Records {
 		r := &resp.Records[i]
@@ -54,7 +55,17 @@ func appendFeedResponse(dst []byte, resp *feedResponse) []byte {
 		dst = append(dst, `,"cursor":`...)
 		dst = appendJSONString(dst, resp.Cursor)
 	}
-	return append(dst, "}\n"...)
+	if resp.Profiles != nil {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(*resp.Profiles); err != nil {
+			return dst, err
+		}
+		dst = append(dst, `,"profiles":`...)
+		dst = append(dst, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+	}
+	return append(dst, "}\n"...), nil
 }
 
 // appendJSONString appends s as a JSON string. The fields of a feed record

@@ -32,9 +32,15 @@ func TestAppendFeedResponseMatchesEncodingJSON(t *testing.T) {
 		"cursor":         {Records: []feedRecord{rec, rec}, Cursor: "MTc2NzIyNTYwMDAwMDAwMDo0Mg.abc"},
 		"escaped fields": {Records: []feedRecord{odd}, Cursor: "x\"y"},
 		"negative time":  {Records: []feedRecord{{Value: json.RawMessage(`{}`), TimeUS: -5}}},
+		"no profiles":    {Records: []feedRecord{rec}, Profiles: &[]profileView{}},
+		"profiles": {Records: []feedRecord{rec}, Cursor: "c", Profiles: &[]profileView{
+			{DID: "did:plc:abc", Handle: "alice.test", DisplayName: "Al <&> \u2028"}, {DID: "did:plc:def"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := appendFeedResponse(nil, resp)
+			got, err := appendFeedResponse(nil, resp)
+			if err != nil {
+				t.Fatal(err)
+			}
 			want := encodingJSON(t, resp)
 			if !bytes.Equal(got, want) {
 				t.Fatalf("got  %s\nwant %s", got, want)
@@ -57,7 +63,10 @@ func FuzzAppendFeedResponse(f *testing.F) {
 			URI: uri, CID: rkey, DID: did, Collection: uri, RKey: rkey, TimeUS: timeUS,
 			Value: json.RawMessage(compact.Bytes()),
 		}}, Cursor: cursor}
-		got := appendFeedResponse(nil, resp)
+		got, err := appendFeedResponse(nil, resp)
+		if err != nil {
+			t.Fatal(err)
+		}
 		want := encodingJSON(t, resp)
 		if !bytes.Equal(got, want) {
 			t.Fatalf("got  %s\nwant %s", got, want)

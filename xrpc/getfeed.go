@@ -3,6 +3,7 @@ package xrpc
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/url"
@@ -28,6 +29,8 @@ type feedParams struct {
 	// filled in once it resolves.
 	Handle    syntax.Handle
 	RawCursor string
+	// Profiles asks for the authors' profiles (profiles=true).
+	Profiles bool
 }
 
 // parseFeedParams checks getFeed's raw query string. An empty value counts
@@ -39,7 +42,7 @@ func (s *Server) parseFeedParams(rawQuery string) (feedParams, *Error) {
 	}
 	// Unknown parameters are ignored, as XRPC servers do; known ones may
 	// appear once.
-	for _, name := range []string{"feed", "actor", "collection", "limit", "cursor"} {
+	for _, name := range []string{"feed", "actor", "collection", "limit", "cursor", "profiles"} {
 		if len(q[name]) > 1 {
 			return feedParams{}, invalidRequest("parameter " + name + " must not be repeated")
 		}
@@ -95,6 +98,14 @@ func (s *Server) parseFeedParams(rawQuery string) (feedParams, *Error) {
 			return feedParams{}, invalidRequest("limit must be an integer from 1 to 100")
 		}
 		p.Limit = n
+	}
+
+	switch q.Get("profiles") {
+	case "", "false":
+	case "true":
+		p.Profiles = true
+	default:
+		return feedParams{}, invalidRequest("profiles must be true or false")
 	}
 
 	p.RawCursor = q.Get("cursor")
@@ -156,6 +167,9 @@ type feedRecord struct {
 type feedResponse struct {
 	Records []feedRecord `json:"records"`
 	Cursor  string       `json:"cursor,omitempty"`
+	// Profiles is set only when asked for (profiles=true); a pointer so
+	// that an empty list is still written.
+	Profiles *[]profileView `json:"profiles,omitempty"`
 }
 
 // getFeed serves GET /xrpc/<ns>.getFeed.
@@ -207,9 +221,20 @@ func (s *Server) getFeed(c echo.Context) error {
 	if page.Next != nil {
 		resp.Cursor = encodeCursor(p.Scope, *page.Next)
 	}
+	if p.Profiles {
+		views, err := s.hydrate(c.Request().Context(), resp.Records)
+		if err != nil {
+			s.logger.Error("hydrate profiles", "err", err)
+			return errInternal
+		}
+		resp.Profiles = &views
+	}
 	buf := pageBuffers.Get().(*[]byte)
 	defer putPageBuffer(buf)
-	*buf = appendFeedResponse((*buf)[:0], &resp)
+	*buf, err = appendFeedResponse((*buf)[:0], &resp)
+	if err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
 	return c.Blob(http.StatusOK, "application/json; charset=utf-8", *buf)
 }
 

@@ -40,6 +40,13 @@ type ViewerGate interface {
 	Ensure(ctx context.Context, viewer syntax.DID, feed, client string) error
 }
 
+// ProfileSource hydrates the authors of a page (getFeed's profiles=true),
+// waiting a short, bounded time for what it must fetch; *profiles.Service
+// implements it.
+type ProfileSource interface {
+	Hydrate(ctx context.Context, dids []syntax.DID) ([]feeds.Profile, error)
+}
+
 // FeedSpec is one feed the server answers for.
 type FeedSpec struct {
 	// Name is the value of the feed query parameter.
@@ -60,6 +67,9 @@ type Config struct {
 	Actors ActorResolver
 	// Viewers, when set, is called before every feed read.
 	Viewers ViewerGate
+	// Profiles, when set, hydrates profiles=true; nil (hydration off)
+	// answers it with an empty list, as contrail does.
+	Profiles ProfileSource
 	// Version is reported by /xrpc/_health.
 	Version string
 	// Metrics is mounted at /metrics when non-nil.
@@ -145,14 +155,15 @@ func (cfg Config) Validate() error {
 // Server serves the XRPC API over its own http.Server; echo is only the
 // handler.
 type Server struct {
-	logger  *slog.Logger
-	reader  FeedReader
-	actors  ActorResolver
-	viewers ViewerGate
-	feeds   map[string]FeedSpec
-	version string
-	metrics *metrics
-	notify  *notifyMethod // nil when notifyOfUpdate is disabled
+	logger   *slog.Logger
+	reader   FeedReader
+	actors   ActorResolver
+	viewers  ViewerGate
+	profiles ProfileSource
+	feeds    map[string]FeedSpec
+	version  string
+	metrics  *metrics
+	notify   *notifyMethod // nil when notifyOfUpdate is disabled
 
 	// getFeedPath is the full request path of getFeed, "/xrpc/<ns>.getFeed".
 	getFeedPath string
@@ -186,6 +197,7 @@ func NewServer(cfg Config) *Server {
 		reader:      cfg.Reader,
 		actors:      cfg.Actors,
 		viewers:     cfg.Viewers,
+		profiles:    cfg.Profiles,
 		feeds:       make(map[string]FeedSpec, len(cfg.Feeds)),
 		version:     cfg.Version,
 		metrics:     newMetrics(cfg.Registerer),

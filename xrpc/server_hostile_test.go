@@ -67,9 +67,10 @@ func TestSlowlorisIsCutOff(t *testing.T) {
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
-		// Not before the timeout, and well before the 10s the client
-		// would keep going.
-		if r.held < headerTimeout-20*time.Millisecond || r.held > 5*time.Second {
+		// Not well before the timeout (the server's clock starts at
+		// accept, the client's a scheduling delay later on a loaded
+		// machine), and well before the 10s the client would keep going.
+		if r.held < headerTimeout/2 || r.held > 5*time.Second {
 			t.Errorf("connection held for %s, want about %s", r.held, headerTimeout)
 		}
 	}

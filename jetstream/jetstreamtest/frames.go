@@ -28,3 +28,10 @@ func Delete(collection, did, rkey string, timeUS int64) []byte {
 	return []byte(fmt.Sprintf(`{"did":%q,"time_us":%d,"kind":"commit","commit":{"rev":%q,"operation":"delete","collection":%q,"rkey":%q}}`,
 		did, timeUS, Rev(timeUS), collection, rkey))
 }
+
+// Profile is a create of an app.bsky.actor.profile/self frame with a display
+// name and an avatar blob.
+func Profile(did string, timeUS int64, displayName string) []byte {
+	return []byte(fmt.Sprintf(`{"did":%q,"time_us":%d,"kind":"commit","commit":{"rev":%q,"operation":"create","collection":"app.bsky.actor.profile","rkey":"self","record":{"$type":"app.bsky.actor.profile","displayName":%q,"description":"hello","avatar":{"$type":"blob","ref":{"$link":"bafkreibme22gw2h7y2h7tg2fhqotaqjucnbc24deqo72b6mkl2egezxhvy"},"mimeType":"image/jpeg","size":1234}},"cid":"bafyreihrwzzmnhtxvbqhxkjbl4ca4ujtgxzzsivg5gkh5tfxmrmbtdp6ka"}}`,
+		did, timeUS, Rev(timeUS), displayName))
+}

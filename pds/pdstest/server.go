@@ -54,7 +54,12 @@ const (
 	FaultBadCursor
 	// FaultBadJSON answers 200 with a body that is not JSON.
 	FaultBadJSON
+	// FaultDelayed answers normally, but only after Delay.
+	FaultDelayed
 )
+
+// Delay is how long a FaultDelayed answer waits.
+const Delay = 500 * time.Millisecond
 
 // HugeBodyBytes is the size of a FaultHugeBody answer.
 const HugeBodyBytes = 10 << 20
@@ -318,6 +323,13 @@ func (s *Server) injectEarly(w http.ResponseWriter, r *http.Request, f Fault, ha
 		case <-r.Context().Done():
 		case <-s.closed:
 		}
+	case FaultDelayed:
+		select {
+		case <-time.After(Delay):
+		case <-r.Context().Done():
+		case <-s.closed:
+		}
+		return false
 	case FaultRepoDeactivated:
 		writeError(w, http.StatusBadRequest, "RepoDeactivated", "Repo has been deactivated")
 	case FaultRepoTakendown:

@@ -1,13 +1,14 @@
-package backfill
+package pds
 
 import (
 	"context"
 	"sync"
 )
 
-// limiter bounds PDS requests in flight, overall and per host, so one slow
-// or huge PDS cannot take every slot.
-type limiter struct {
+// Limiter bounds PDS requests in flight, overall and per host, so one slow
+// or huge PDS cannot take every slot. The first-read backfill and the
+// profile fetcher each keep their own.
+type Limiter struct {
 	global  chan struct{}
 	perHost int
 
@@ -20,12 +21,14 @@ type hostSlots struct {
 	users int
 }
 
-func newLimiter(global, perHost int) *limiter {
-	return &limiter{global: make(chan struct{}, global), perHost: perHost, hosts: map[string]*hostSlots{}}
+// NewLimiter allows global requests at once, at most perHost of them to
+// one host.
+func NewLimiter(global, perHost int) *Limiter {
+	return &Limiter{global: make(chan struct{}, global), perHost: perHost, hosts: map[string]*hostSlots{}}
 }
 
-// acquire waits for a global and a host slot; release gives both back.
-func (l *limiter) acquire(ctx context.Context, host string) (release func(), err error) {
+// Acquire waits for a global and a host slot; release gives both back.
+func (l *Limiter) Acquire(ctx context.Context, host string) (release func(), err error) {
 	l.mu.Lock()
 	h := l.hosts[host]
 	if h == nil {

@@ -1,0 +1,244 @@
+package feeds
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+const avatarCID = "bafkreibme22gw2h7y2h7tg2fhqotaqjucnbc24deqo72b6mkl2egezxhvy"
+
+func TestParseProfile(t *testing.T) {
+	long := strings.Repeat("é", MaxDisplayNameBytes/2+1) // 642 bytes
+	for _, tc := range []struct {
+		name string
+		raw  string
+		ok   bool
+		want ProfileFields
+	}{
+		{"full", `{"$type":"app.bsky.actor.profile","displayName":"Alice","description":"hi","avatar":{"$type":"blob","ref":{"$link":"` + avatarCID + `"},"mimeType":"image/jpeg","size":1234},"banner":{"x":1}}`,
+			true, ProfileFields{DisplayName: "Alice", Description: "hi", Avatar: &Blob{CID: avatarCID, MimeType: "image/jpeg", Size: 1234}}},
+		{"legacy blob", `{"$type":"app.bsky.actor.profile","avatar":{"cid":"` + avatarCID + `","mimeType":"image/png"}}`,
+			true, ProfileFields{Avatar: &Blob{CID: avatarCID, MimeType: "image/png"}}},
+		{"empty", `{"$type":"app.bsky.actor.profile"}`, true, ProfileFields{}},
+		{"bad fields are left out", `{"$type":"app.bsky.actor.profile","displayName":7,"description":"` + long + long + long + long + long + `","avatar":{"$type":"blob","ref":{"$link":"not a cid"},"mimeType":"image/png","size":1}}`,
+			true, ProfileFields{}},
+		{"display name over its bound", `{"$type":"app.bsky.actor.profile","displayName":"` + long + `","description":"kept"}`,
+			true, ProfileFields{Description: "kept"}},
+		{"avatar without a mime type", `{"$type":"app.bsky.actor.profile","avatar":{"$type":"blob","ref":{"$link":"` + avatarCID + `"},"size":1}}`,
+			true, ProfileFields{}},
+		{"other type", `{"$type":"app.bsky.feed.post","displayName":"x"}`, false, ProfileFields{}},
+		{"not an object", `["app.bsky.actor.profile"]`, false, ProfileFields{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := ParseProfile(json.RawMessage(tc.raw))
+			if ok != tc.ok || fmt.Sprint(got.DisplayName, got.Description) != fmt.Sprint(tc.want.DisplayName, tc.want.Description) ||
+				(got.Avatar == nil) != (tc.want.Avatar == nil) || (got.Avatar != nil && *got.Avatar != *tc.want.Avatar) {
+				t.Errorf("ParseProfile = %+v %v (avatar %+v), want %+v %v", got, ok, got.Avatar, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func profileChange(author string, op Operation, n int64, displayName string) Change {
+	c := Change{DID: did(author), Collection: ProfileCollection, RKey: ProfileRKey, Op: op, Rev: rev(n), TimeUS: n}
+	if op != OpDelete {
+		c.CID = fmt.Sprintf("bafyprofile%d", n)
+		c.Record = json.RawMessage(fmt.Sprintf(`{"$type":"app.bsky.actor.profile","displayName":%q,"avatar":{"$type":"blob","ref":{"$link":%q},"mimeType":"image/jpeg","size":9}}`, displayName, avatarCID))
+	}
+	return c
+}
+
+func readProfile(t *testing.T, s *Store, author string) Profile {
+	t.Helper()
+	ps, err := s.Profiles(context.Background(), []syntax.DID{did(author)})
+	if err != nil || len(ps) != 1 {
+		t.Fatalf("profiles: %v %v", ps, err)
+	}
+	return ps[0]
+}
+
+// A viewer-mode store with profiles: alice reads, and follows carol.
+func profileStore(t *testing.T) *Store {
+	t.Helper()
+	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: defaultFeeds, Profiles: true})
+	if _, err := s.RegisterViewer(context.Background(), did("alice"), "following", time.Unix(1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, follow("alice", "carol", "f1", 10))
+	return s
+}
+
+func TestProfilesFromTheStream(t *testing.T) {
+	s := profileStore(t)
+
+	// Carol is followed: her profile is stored. A stranger's is not, and
+	// no actor row is made for it.
+	res := apply(t, s, profileChange("carol", OpCreate, 20, "Carol"), profileChange("stranger", OpCreate, 21, "Nobody"))
+	if res.Applied != 1 || res.OutOfScope != 1 {
+		t.Fatalf("create: %+v", res)
+	}
+	p := readProfile(t, s, "carol")
+	if !p.Known || !p.Present || p.Fields.DisplayName != "Carol" || p.CID != "bafyprofile20" ||
+		p.Fields.Avatar == nil || p.Fields.Avatar.CID != avatarCID || p.HandleKnown {
+		t.Fatalf("carol = %+v", p)
+	}
+	if p := readProfile(t, s, "stranger"); p.Known || p.HandleKnown {
+		t.Fatalf("stranger = %+v", p)
+	}
+
+	// A replay (same rev) and an older update change nothing; a newer one does.
+	if res := apply(t, s, profileChange("carol", OpCreate, 20, "Carol"), profileChange("carol", OpUpdate, 15, "Old")); res.Duplicates != 2 {
+		t.Fatalf("replays: %+v", res)
+	}
+	apply(t, s, profileChange("carol", OpUpdate, 30, "Carol B"))
+	if p := readProfile(t, s, "carol"); p.Fields.DisplayName != "Carol B" {
+		t.Fatalf("after update = %+v", p)
+	}
+	// A record key other than self is not the profile.
+	other := profileChange("carol", OpUpdate, 31, "Not me")
+	other.RKey = "other"
+	if res := apply(t, s, other); res.Ignored != 1 {
+		t.Fatalf("rkey other: %+v", res)
+	}
+
+	// Delete: known absent, fields gone; an older create replayed after it
+	// does not bring it back.
+	apply(t, s, profileChange("carol", OpDelete, 40, ""))
+	if p := readProfile(t, s, "carol"); !p.Known || p.Present || p.Fields.DisplayName != "" || p.Fields.Avatar != nil {
+		t.Fatalf("after delete = %+v", p)
+	}
+	if res := apply(t, s, profileChange("carol", OpCreate, 35, "Ghost")); res.Duplicates != 1 {
+		t.Fatalf("replayed create after delete: %+v", res)
+	}
+
+	// Nobody follows carol any more: her profile is forgotten, so it is
+	// not served stale when she comes back into scope.
+	apply(t, s, profileChange("carol", OpCreate, 50, "Carol C"), unfollow("alice", "f1", 51))
+	if p := readProfile(t, s, "carol"); p.Known {
+		t.Fatalf("after unfollow = %+v", p)
+	}
+}
+
+func TestFetchedProfilesAndHandles(t *testing.T) {
+	s := profileStore(t)
+	ctx := context.Background()
+	at := time.Unix(100, 0)
+
+	// A fetch stores the record and the verified handle.
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{
+		DID: did("carol"), HandleResolved: true, Handle: "carol.test",
+		RecordFetched: true, Present: true, CID: "bafyfetched", Fields: ProfileFields{DisplayName: "Fetched"}, At: at,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := readProfile(t, s, "carol")
+	if !p.Complete() || p.Handle != "carol.test" || p.Fields.DisplayName != "Fetched" {
+		t.Fatalf("fetched = %+v", p)
+	}
+	// Any stream change supersedes the fetched copy (it has no rev)…
+	apply(t, s, profileChange("carol", OpUpdate, 20, "Streamed"))
+	// …and a fetch that finishes later does not override the stream.
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{DID: did("carol"), RecordFetched: true, Present: true, CID: "bafylate", Fields: ProfileFields{DisplayName: "Late"}, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "carol"); p.Fields.DisplayName != "Streamed" || p.Handle != "carol.test" {
+		t.Fatalf("after late fetch = %+v", p)
+	}
+
+	// An identity event forgets the handle: it is verified again later.
+	if _, err := s.ApplyBatch(ctx, &Batch{Identities: []syntax.DID{did("carol")}, Cursor: StreamCursor{TimeUS: 60}}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "carol"); p.HandleKnown || !p.Known {
+		t.Fatalf("after identity event = %+v", p)
+	}
+	// No verified handle is remembered as such; a fetch for an unknown
+	// account stores nothing.
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{DID: did("carol"), HandleResolved: true, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "carol"); !p.HandleKnown || p.Handle != "" {
+		t.Fatalf("no handle = %+v", p)
+	}
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{DID: did("nobody"), HandleResolved: true, Handle: "x.test", RecordFetched: true, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "nobody"); p.HandleKnown || p.Known {
+		t.Fatalf("unknown account = %+v", p)
+	}
+
+	// Fetched absent: known, not present.
+	apply(t, s, follow("alice", "dave", "f2", 70))
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{DID: did("dave"), RecordFetched: true, Present: false, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "dave"); !p.Known || p.Present {
+		t.Fatalf("absent = %+v", p)
+	}
+}
+
+// Without hydration, profile records are not the store's business.
+func TestProfilesOffIgnoresProfileRecords(t *testing.T) {
+	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: defaultFeeds, IndexAll: true})
+	apply(t, s, follow("alice", "carol", "f1", 10))
+	if res := apply(t, s, profileChange("carol", OpCreate, 20, "Carol")); res.Ignored != 1 || res.Applied != 0 {
+		t.Fatalf("profile with hydration off: %+v", res)
+	}
+	if p := readProfile(t, s, "carol"); p.Known {
+		t.Fatalf("carol = %+v", p)
+	}
+}
+
+// Turning hydration off forgets stored profiles and handles.
+func TestScopeChangeForgetsProfiles(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	ctx := context.Background()
+	with := []string{string(followNSID), string(ProfileCollection), string(postNSID)}
+	s := mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds, IndexAll: true, Profiles: true})
+	if _, err := s.CheckScope(ctx, with); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, follow("alice", "carol", "f1", 10), profileChange("carol", OpCreate, 20, "Carol"))
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{DID: did("carol"), HandleResolved: true, Handle: "carol.test", At: time.Unix(1, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "carol"); !p.Complete() {
+		t.Fatalf("before = %+v", p)
+	}
+	change, err := s.CheckScope(ctx, []string{string(followNSID), string(postNSID)})
+	if err != nil || change == nil || len(change.Removed) != 1 {
+		t.Fatalf("scope change = %+v, %v", change, err)
+	}
+	if p := readProfile(t, s, "carol"); p.Known || p.HandleKnown {
+		t.Fatalf("after hydration off = %+v", p)
+	}
+}
+
+// The hydration read is index lookups, never a scan of actors.
+func TestProfilesQueryPlan(t *testing.T) {
+	s := profileStore(t)
+	rows, err := s.reader.Query(`EXPLAIN QUERY PLAN `+readProfilesSQL, `["did:plc:carol"]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	joined := strings.Join(plan, "\n")
+	if strings.Contains(joined, "SCAN a") || !strings.Contains(joined, "SEARCH a USING") || !strings.Contains(joined, "SEARCH p USING") {
+		t.Errorf("plan:\n%s", joined)
+	}
+}

@@ -1,0 +1,76 @@
+package profiles
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// outcome is how one account's fetch went: a closed set of metric labels.
+type outcome string
+
+const (
+	outcomeStored        outcome = "stored"         // the profile record was fetched and stored
+	outcomeAbsent        outcome = "absent"         // the PDS has no profile record for the account
+	outcomeHandleOnly    outcome = "handle_only"    // only the handle was missing, and was verified
+	outcomeIdentityError outcome = "identity_error" // the DID did not resolve
+	outcomePDSError      outcome = "pds_error"      // the PDS failed, refused or timed out
+	outcomeInvalidRecord outcome = "invalid_record" // the PDS sent something that is not a profile
+	outcomeQueueFull     outcome = "queue_full"     // not fetched: the queue was full
+)
+
+var outcomes = []outcome{outcomeStored, outcomeAbsent, outcomeHandleOnly, outcomeIdentityError,
+	outcomePDSError, outcomeInvalidRecord, outcomeQueueFull}
+
+// failed outcomes hold the account back for RetryAfter.
+func (o outcome) failed() bool {
+	switch o {
+	case outcomeIdentityError, outcomePDSError, outcomeInvalidRecord:
+		return true
+	}
+	return false
+}
+
+// How each profile of a page was answered.
+const (
+	resultStored  = "stored"  // already stored
+	resultFetched = "fetched" // fetched within the read's wait
+	resultMissing = "missing" // answered without it (or without its handle)
+)
+
+// Metrics count fetches and hydrated profiles. A nil *Metrics is a valid
+// no-op.
+type Metrics struct {
+	fetches *prometheus.CounterVec
+	answers *prometheus.CounterVec
+}
+
+// NewMetrics registers the profile metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "appview", Subsystem: "profiles", Name: "fetches_total",
+			Help: "Profile fetches from PDSes by outcome: stored, absent, handle_only, identity_error, pds_error, invalid_record, queue_full.",
+		}, []string{"outcome"}),
+		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "appview", Subsystem: "profiles", Name: "hydrated_total",
+			Help: "Profiles answered for profiles=true, by result: stored (already there), fetched (within the wait), missing (answered without it).",
+		}, []string{"result"}),
+	}
+	for _, o := range outcomes {
+		m.fetches.WithLabelValues(string(o))
+	}
+	for _, r := range []string{resultStored, resultFetched, resultMissing} {
+		m.answers.WithLabelValues(r)
+	}
+	reg.MustRegister(m.fetches, m.answers)
+	return m
+}
+
+func (m *Metrics) fetched(o outcome) {
+	if m != nil {
+		m.fetches.WithLabelValues(string(o)).Inc()
+	}
+}
+
+func (m *Metrics) hydrated(result string) {
+	if m != nil {
+		m.answers.WithLabelValues(result).Inc()
+	}
+}

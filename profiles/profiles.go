@@ -1,0 +1,328 @@
+// Package profiles hydrates the authors of a feed page with their profile
+// and handle (getFeed's profiles=true). What the store holds is answered at
+// once; what it lacks is fetched from the author's PDS in the background,
+// and a read waits for it only a short, bounded time: a slow or dead PDS
+// costs the reader at most Config.Wait, and the profile is there for a
+// later read.
+//
+// Fetches are deduplicated per account, queued in a bounded queue (a full
+// queue drops the fetch; the next read asks again), limited overall and per
+// PDS host, and an account whose fetch failed is not fetched again for a
+// while, so a page of accounts on a dead PDS does not hammer it.
+package profiles
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/atfeeds/appview/directory"
+	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/pds"
+)
+
+// Store is what the service needs of *feeds.Store.
+type Store interface {
+	Profiles(ctx context.Context, dids []syntax.DID) ([]feeds.Profile, error)
+	StoreFetchedProfile(ctx context.Context, p feeds.FetchedProfile) error
+}
+
+// Resolver finds an account's PDS and verified handle;
+// *directory.Directory implements it.
+type Resolver interface {
+	LookupDIDWithHandle(ctx context.Context, did syntax.DID) (*directory.Identity, error)
+}
+
+// Config tunes the service. Zero values take the defaults noted.
+type Config struct {
+	// Wait bounds how long a read waits for missing profiles (250ms).
+	Wait time.Duration
+	// QueueSize bounds the accounts waiting to be fetched (1024).
+	QueueSize int
+	// Concurrency accounts are fetched at once (4), at most PerHost of them
+	// from one PDS host (2).
+	Concurrency, PerHost int
+	// FetchTimeout bounds one account's resolution and fetch (10s).
+	FetchTimeout time.Duration
+	// RetryAfter: an account whose fetch failed is not fetched again
+	// before this has passed (5m).
+	RetryAfter time.Duration
+	// Now is the clock (time.Now).
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	orDefault(&c.Wait, 250*time.Millisecond)
+	orDefault(&c.QueueSize, 1024)
+	orDefault(&c.Concurrency, 4)
+	orDefault(&c.PerHost, 2)
+	orDefault(&c.FetchTimeout, 10*time.Second)
+	orDefault(&c.RetryAfter, 5*time.Minute)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// orDefault sets a zero or negative *v to d.
+func orDefault[T int | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
+// Service hydrates profiles; Run serves its fetch queue.
+type Service struct {
+	cfg      Config
+	store    Store
+	resolver Resolver
+	pds      *pds.Client
+	limits   *pds.Limiter
+	log      *slog.Logger
+	metrics  *Metrics
+	queue    chan *job
+
+	mu      sync.Mutex
+	pending map[syntax.DID]*job
+	// failed holds accounts whose fetch failed, until they may be tried
+	// again; bounded by maxFailed.
+	failed map[syntax.DID]time.Time
+}
+
+// job is one account being fetched; done closes when it is over, however
+// it went.
+type job struct {
+	did syntax.DID
+	// record: the profile record is missing too, not only the handle.
+	record bool
+	done   chan struct{}
+}
+
+// New builds a Service; nil log and metrics are allowed.
+func New(cfg Config, store Store, resolver Resolver, client *pds.Client, log *slog.Logger, m *Metrics) *Service {
+	cfg.setDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{
+		cfg: cfg, store: store, resolver: resolver, pds: client,
+		limits:  pds.NewLimiter(cfg.Concurrency, cfg.PerHost),
+		log:     log.With("component", "profiles"),
+		metrics: m,
+		queue:   make(chan *job, cfg.QueueSize),
+		pending: map[syntax.DID]*job{},
+		failed:  map[syntax.DID]time.Time{},
+	}
+}
+
+// Hydrate returns what is known about each of dids, in order. Accounts
+// with something missing are queued for a fetch, and Hydrate waits up to
+// Config.Wait in all for those fetches before answering with what it has.
+func (s *Service) Hydrate(ctx context.Context, dids []syntax.DID) ([]feeds.Profile, error) {
+	out, err := s.store.Profiles(ctx, dids)
+	if err != nil {
+		return nil, err
+	}
+	var waiting []int // indexes into out
+	var jobs []*job
+	for i := range out {
+		if out[i].Complete() {
+			s.metrics.hydrated(resultStored)
+			continue
+		}
+		if j := s.enqueue(out[i]); j != nil {
+			waiting, jobs = append(waiting, i), append(jobs, j)
+		} else {
+			s.metrics.hydrated(resultMissing)
+		}
+	}
+	if len(jobs) == 0 {
+		return out, nil
+	}
+
+	timer := time.NewTimer(s.cfg.Wait)
+	defer timer.Stop()
+	expired := false
+	var arrived []syntax.DID
+	var at []int
+	for k, j := range jobs {
+		if !expired {
+			select {
+			case <-j.done:
+			case <-timer.C:
+				expired = true
+			case <-ctx.Done():
+				expired = true
+			}
+		}
+		select {
+		case <-j.done:
+			arrived, at = append(arrived, j.did), append(at, waiting[k])
+		default:
+			s.metrics.hydrated(resultMissing)
+		}
+	}
+	if len(arrived) == 0 {
+		return out, nil
+	}
+	again, err := s.store.Profiles(ctx, arrived)
+	if err != nil {
+		return nil, err
+	}
+	for k, p := range again {
+		out[at[k]] = p
+		if p.Known {
+			s.metrics.hydrated(resultFetched)
+		} else {
+			s.metrics.hydrated(resultMissing)
+		}
+	}
+	return out, nil
+}
+
+// maxFailed bounds the accounts remembered as failed; past it the
+// expired ones are forgotten, and if that is not enough, all of them.
+const maxFailed = 100_000
+
+// enqueue returns the fetch job of p's account, queuing a new one unless
+// one is under way, the account failed recently, or the queue is full
+// (then nil).
+func (s *Service) enqueue(p feeds.Profile) *job {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if j, ok := s.pending[p.DID]; ok {
+		return j
+	}
+	now := s.cfg.Now()
+	if until, ok := s.failed[p.DID]; ok {
+		if now.Before(until) {
+			return nil
+		}
+		delete(s.failed, p.DID)
+	}
+	j := &job{did: p.DID, record: !p.Known, done: make(chan struct{})}
+	select {
+	case s.queue <- j:
+		s.pending[p.DID] = j
+		return j
+	default:
+		s.metrics.fetched(outcomeQueueFull)
+		return nil
+	}
+}
+
+// finish ends a job; failed accounts are held back for RetryAfter.
+func (s *Service) finish(j *job, failed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pending, j.did)
+	if failed {
+		now := s.cfg.Now()
+		if len(s.failed) >= maxFailed {
+			for d, until := range s.failed {
+				if !now.Before(until) {
+					delete(s.failed, d)
+				}
+			}
+			if len(s.failed) >= maxFailed {
+				clear(s.failed)
+			}
+		}
+		s.failed[j.did] = now.Add(s.cfg.RetryAfter)
+	}
+	close(j.done)
+}
+
+// Run fetches queued accounts until ctx ends. A failed database write is
+// returned: the daemon's own state is broken.
+func (s *Service) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for range s.cfg.Concurrency {
+		g.Go(func() error {
+			for {
+				select {
+				case <-gctx.Done():
+					return nil
+				case j := <-s.queue:
+					if err := s.process(gctx, j); err != nil {
+						return err
+					}
+				}
+			}
+		})
+	}
+	return g.Wait()
+}
+
+// process fetches one account and stores what it learned.
+func (s *Service) process(ctx context.Context, j *job) error {
+	fctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
+	defer cancel()
+	fp, outcome := s.fetch(fctx, j)
+	failed := outcome.failed()
+	var err error
+	if fp.HandleResolved || fp.RecordFetched {
+		// The write gets its own time: a fetch that used all of its
+		// timeout must still be stored, and shutdown must not fail it.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err = s.store.StoreFetchedProfile(wctx, fp)
+		cancel()
+		if err != nil {
+			failed = true
+			err = fmt.Errorf("store fetched profile: %w", err)
+		}
+	}
+	s.metrics.fetched(outcome)
+	s.finish(j, failed)
+	return err
+}
+
+// fetch resolves the account's identity (PDS and verified handle) and,
+// when the record is missing, reads it from the PDS.
+func (s *Service) fetch(ctx context.Context, j *job) (feeds.FetchedProfile, outcome) {
+	fp := feeds.FetchedProfile{DID: j.did, At: s.cfg.Now()}
+	ident, err := s.resolver.LookupDIDWithHandle(ctx, j.did)
+	if err != nil {
+		s.log.Debug("resolve for profile", "did", j.did, "err", err)
+		return fp, outcomeIdentityError
+	}
+	fp.HandleResolved, fp.Handle = true, ident.Handle
+	if !j.record {
+		return fp, outcomeHandleOnly
+	}
+	u, err := url.Parse(ident.PDS)
+	if err != nil {
+		return fp, outcomeIdentityError
+	}
+	release, err := s.limits.Acquire(ctx, u.Host)
+	if err != nil {
+		return fp, outcomePDSError // waited out the fetch timeout for a slot
+	}
+	rec, err := s.pds.GetRecord(ctx, ident.PDS, j.did, feeds.ProfileCollection, feeds.ProfileRKey)
+	release()
+	switch pds.KindOf(err) {
+	case 0:
+		if err != nil {
+			return fp, outcomePDSError // our own deadline
+		}
+	case pds.KindNotFound:
+		fp.RecordFetched = true // the account has no profile
+		return fp, outcomeAbsent
+	case pds.KindBadResponse:
+		return fp, outcomeInvalidRecord
+	default:
+		s.log.Debug("fetch profile", "did", j.did, "err", err)
+		return fp, outcomePDSError
+	}
+	fields, ok := feeds.ParseProfile(rec.Value)
+	if !ok || rec.CID == "" {
+		return fp, outcomeInvalidRecord
+	}
+	fp.RecordFetched, fp.Present, fp.CID, fp.Fields = true, true, rec.CID, fields
+	return fp, outcomeStored
+}

@@ -1,0 +1,270 @@
+package profiles
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/atfeeds/appview/directory"
+	"github.com/atfeeds/appview/directory/plctest"
+	"github.com/atfeeds/appview/egress"
+	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/pds"
+	"github.com/atfeeds/appview/pds/pdstest"
+)
+
+const (
+	followNSID = syntax.NSID("app.bsky.graph.follow")
+	postNSID   = syntax.NSID("app.bsky.feed.post")
+	avatar     = "bafkreibme22gw2h7y2h7tg2fhqotaqjucnbc24deqo72b6mkl2egezxhvy"
+)
+
+// clock is a settable clock for the retry hold-back.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// world is a store whose only viewer, alice, follows the given accounts,
+// a fake PLC and PDS on loopback, and a running Service.
+type world struct {
+	store *feeds.Store
+	plc   *plctest.Server
+	pds   *pdstest.Server
+	svc   *Service
+	reg   *prometheus.Registry
+	clock *clock
+}
+
+func did(name string) syntax.DID { return syntax.DID("did:plc:" + name) }
+
+func newWorld(t *testing.T, cfg Config, followed ...string) *world {
+	t.Helper()
+	w := &world{plc: plctest.NewServer(), pds: pdstest.NewServer(), reg: prometheus.NewRegistry(),
+		clock: &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	t.Cleanup(w.plc.Close)
+	t.Cleanup(w.pds.Close)
+	ctx := context.Background()
+	store, err := feeds.Open(ctx, feeds.Options{
+		Path: t.TempDir() + "/appview.db", Profiles: true, IndexAll: true,
+		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, Targets: []feeds.Target{{Collection: postNSID, Cap: 10}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	w.store = store
+	var changes []feeds.Change
+	for i, name := range followed {
+		w.plc.Add(did(name), syntax.Handle(name+".test"), w.pds.URL())
+		w.pds.AddRepo(did(name))
+		changes = append(changes, feeds.Change{
+			DID: did("alice"), Collection: followNSID, RKey: syntax.RecordKey(fmt.Sprintf("f%d", i)), Op: feeds.OpCreate,
+			Rev: fmt.Sprintf("3k%011d", i), CID: "bafyfollow", Subject: did(name), TimeUS: int64(i + 1),
+			Record: json.RawMessage(fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q}`, did(name))),
+		})
+	}
+	if _, err := store.ApplyBatch(ctx, &feeds.Batch{Changes: changes, Cursor: feeds.StreamCursor{TimeUS: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	httpc := egress.NewClient(egress.Options{AllowPrivateNetworks: true, Timeout: 5 * time.Second})
+	dir := directory.New(directory.Config{PLCURL: w.plc.URL(), HandleResolverURL: w.plc.URL(), HTTPClient: httpc,
+		AllowPrivateNetworks: true, SkipHandleVerification: true})
+	cfg.Now = w.clock.Now
+	w.svc = New(cfg, store, dir, pds.NewClient(httpc, pds.Options{}), nil, NewMetrics(w.reg))
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.svc.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return w
+}
+
+func (w *world) profileRecord(name, displayName string) {
+	w.pds.AddRecord(did(name), feeds.ProfileCollection, feeds.ProfileRKey, fmt.Sprintf(
+		`{"$type":"app.bsky.actor.profile","displayName":%q,"avatar":{"$type":"blob","ref":{"$link":%q},"mimeType":"image/png","size":3}}`,
+		displayName, avatar))
+}
+
+func (w *world) hydrate(t *testing.T, names ...string) ([]feeds.Profile, time.Duration) {
+	t.Helper()
+	var dids []syntax.DID
+	for _, n := range names {
+		dids = append(dids, did(n))
+	}
+	start := time.Now()
+	ps, err := w.svc.Hydrate(context.Background(), dids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps, time.Since(start)
+}
+
+func (w *world) profileRequests(name string) int {
+	return w.pds.Requests(did(name), feeds.ProfileCollection)
+}
+
+func TestMissingProfileIsFetchedWithinTheWait(t *testing.T) {
+	w := newWorld(t, Config{Wait: 5 * time.Second}, "carol", "dave")
+	w.profileRecord("carol", "Carol")
+	// dave has no profile record.
+
+	ps, _ := w.hydrate(t, "carol", "dave")
+	carol, dave := ps[0], ps[1]
+	if !carol.Complete() || !carol.Present || carol.Handle != "carol.test" || carol.Fields.DisplayName != "Carol" ||
+		carol.Fields.Avatar == nil || carol.Fields.Avatar.CID != avatar {
+		t.Fatalf("carol = %+v", carol)
+	}
+	if !dave.Complete() || dave.Present || dave.Handle != "dave.test" {
+		t.Fatalf("dave = %+v", dave)
+	}
+	// Stored: the next read asks nobody.
+	ps, _ = w.hydrate(t, "carol", "dave")
+	if ps[0].Fields.DisplayName != "Carol" || w.profileRequests("carol") != 1 || w.profileRequests("dave") != 1 {
+		t.Fatalf("second read: %+v, requests %d %d", ps, w.profileRequests("carol"), w.profileRequests("dave"))
+	}
+	if got := testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("stored")); got != 1 {
+		t.Errorf("stored fetches = %v", got)
+	}
+	if got := testutil.ToFloat64(w.svc.metrics.answers.WithLabelValues("stored")); got != 2 {
+		t.Errorf("answers from the store = %v", got)
+	}
+}
+
+// A slow PDS costs the reader the wait and no more; the fetch goes on in
+// the background and a later read has the profile.
+func TestSlowPDSDoesNotHoldTheRead(t *testing.T) {
+	const wait = 100 * time.Millisecond
+	w := newWorld(t, Config{Wait: wait}, "carol")
+	w.profileRecord("carol", "Carol")
+	w.pds.FailN(did("carol"), feeds.ProfileCollection, pdstest.FaultDelayed, 1)
+
+	ps, took := w.hydrate(t, "carol")
+	if ps[0].Known {
+		t.Fatalf("first read has the profile: %+v", ps[0])
+	}
+	if took > wait+400*time.Millisecond || took >= pdstest.Delay {
+		t.Fatalf("first read took %v with a %v wait", took, wait)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ps, _ = w.hydrate(t, "carol")
+		if ps[0].Known {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the profile never arrived")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ps[0].Fields.DisplayName != "Carol" || w.profileRequests("carol") != 1 {
+		t.Fatalf("later read: %+v after %d requests", ps[0], w.profileRequests("carol"))
+	}
+	if got := testutil.ToFloat64(w.svc.metrics.answers.WithLabelValues("missing")); got < 1 {
+		t.Errorf("missing answers = %v", got)
+	}
+}
+
+// Concurrent reads of one account share one fetch.
+func TestConcurrentReadsShareOneFetch(t *testing.T) {
+	w := newWorld(t, Config{Wait: 5 * time.Second}, "carol")
+	w.profileRecord("carol", "Carol")
+	w.pds.FailN(did("carol"), feeds.ProfileCollection, pdstest.FaultDelayed, 1)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if ps, _ := w.hydrate(t, "carol"); ps[0].Fields.DisplayName != "Carol" {
+				t.Errorf("carol = %+v", ps[0])
+			}
+		}()
+	}
+	wg.Wait()
+	if n := w.profileRequests("carol"); n != 1 {
+		t.Fatalf("%d PDS requests, want 1", n)
+	}
+}
+
+// A failed fetch is not retried at every read, only after RetryAfter.
+func TestFailedFetchIsHeldBack(t *testing.T) {
+	w := newWorld(t, Config{Wait: 5 * time.Second, RetryAfter: time.Minute}, "carol")
+	w.profileRecord("carol", "Carol")
+	w.pds.FailN(did("carol"), feeds.ProfileCollection, pdstest.FaultStatus500, 1)
+
+	if ps, _ := w.hydrate(t, "carol"); ps[0].Known || !ps[0].HandleKnown || ps[0].Handle != "carol.test" {
+		t.Fatalf("after a 500: %+v", ps[0]) // the handle was still verified and stored
+	}
+	if ps, _ := w.hydrate(t, "carol"); ps[0].Known || w.profileRequests("carol") != 1 {
+		t.Fatalf("held back: %+v, %d requests", ps[0], w.profileRequests("carol"))
+	}
+	w.clock.Advance(time.Minute)
+	if ps, _ := w.hydrate(t, "carol"); ps[0].Fields.DisplayName != "Carol" || w.profileRequests("carol") != 2 {
+		t.Fatalf("after the hold-back: %+v, %d requests", ps[0], w.profileRequests("carol"))
+	}
+	if got := testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("pds_error")); got != 1 {
+		t.Errorf("pds_error fetches = %v", got)
+	}
+}
+
+// A stored profile whose handle was forgotten (an identity event) costs
+// only a resolution, not a PDS request.
+func TestOnlyTheHandleIsRefreshed(t *testing.T) {
+	w := newWorld(t, Config{Wait: 5 * time.Second}, "carol")
+	w.profileRecord("carol", "Carol")
+	w.hydrate(t, "carol")
+	if _, err := w.store.ApplyBatch(context.Background(), &feeds.Batch{Identities: []syntax.DID{did("carol")}, Cursor: feeds.StreamCursor{TimeUS: 200}}); err != nil {
+		t.Fatal(err)
+	}
+	if ps, _ := w.store.Profiles(context.Background(), []syntax.DID{did("carol")}); ps[0].HandleKnown {
+		t.Fatalf("handle kept after an identity event: %+v", ps[0])
+	}
+	ps, _ := w.hydrate(t, "carol")
+	if !ps[0].Complete() || ps[0].Fields.DisplayName != "Carol" || w.profileRequests("carol") != 1 {
+		t.Fatalf("after identity event: %+v, %d requests", ps[0], w.profileRequests("carol"))
+	}
+	if got := testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("handle_only")); got != 1 {
+		t.Errorf("handle_only fetches = %v", got)
+	}
+}
+
+// A full queue drops the fetch; the read answers without the profile.
+func TestFullQueueDropsTheFetch(t *testing.T) {
+	w := newWorld(t, Config{Wait: 50 * time.Millisecond, QueueSize: 1, Concurrency: 1}, "carol", "dave", "erin")
+	for _, n := range []string{"carol", "dave", "erin"} {
+		w.profileRecord(n, n)
+		w.pds.FailN(did(n), feeds.ProfileCollection, pdstest.FaultDelayed, 1)
+	}
+	ps, _ := w.hydrate(t, "carol", "dave", "erin")
+	for _, p := range ps {
+		if p.Known {
+			t.Fatalf("answered with %+v within 50ms", p)
+		}
+	}
+	if got := testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("queue_full")); got < 1 {
+		t.Errorf("queue_full = %v", got)
+	}
+}
