@@ -45,6 +45,9 @@ func (s *Store) ReadFeed(ctx context.Context, q PageQuery) (Page, error) {
 	if q.Before != nil {
 		before = *q.Before
 	}
+	if len(q.Filters) > 0 {
+		return s.readFiltered(ctx, l, viewerID, before, q)
+	}
 	// One row more than asked tells whether another page exists.
 	rows, err := s.reader.QueryContext(ctx, readPageSQL, viewerID, l.id, before.SortUS, before.RecordID, q.Limit+1)
 	if err != nil {
@@ -59,12 +62,9 @@ func (s *Store) ReadFeed(ctx context.Context, q PageQuery) (Page, error) {
 			break
 		}
 		var it Item
-		var body string
-		if err := rows.Scan(&it.Key.SortUS, &it.Key.RecordID, &it.DID, &it.Collection, &it.RKey, &it.CID, &it.TimeUS, &body); err != nil {
-			return Page{}, fmt.Errorf("read feed row: %w", err)
+		if err := scanItem(rows, &it.Key.SortUS, &it.Key.RecordID, &it); err != nil {
+			return Page{}, err
 		}
-		it.Value = []byte(body)
-		it.URI = "at://" + it.DID + "/" + it.Collection + "/" + it.RKey
 		items = append(items, it)
 	}
 	if err := rows.Err(); err != nil {
@@ -76,4 +76,16 @@ func (s *Store) ReadFeed(ctx context.Context, q PageQuery) (Page, error) {
 		page.Next = &last
 	}
 	return page, nil
+}
+
+// scanItem scans a row of head columns followed by the record columns
+// (did, collection, rkey, cid, indexed_us, body) into it.
+func scanItem(rows *sql.Rows, head1, head2 any, it *Item) error {
+	var body string
+	if err := rows.Scan(head1, head2, &it.DID, &it.Collection, &it.RKey, &it.CID, &it.TimeUS, &body); err != nil {
+		return fmt.Errorf("read feed row: %w", err)
+	}
+	it.Value = []byte(body)
+	it.URI = "at://" + it.DID + "/" + it.Collection + "/" + it.RKey
+	return nil
 }

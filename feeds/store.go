@@ -31,6 +31,9 @@ type Feed struct {
 type Target struct {
 	Collection syntax.NSID
 	Cap        int
+	// Fields are the queryable fields getFeed filters this target on
+	// (fields.go); their values are extracted when a record is stored.
+	Fields []Field
 }
 
 // Options configures Open.
@@ -65,6 +68,7 @@ type Store struct {
 	followColls   map[syntax.NSID]int64 // follow collection → collection id
 	targetColls   map[syntax.NSID]int64 // target collection → collection id
 	lanesByFollow map[int64][]*lane     // follow collection id → lanes it feeds
+	fieldsByColl  map[int64][]fieldDef  // target collection id → fields extracted at ingest
 
 	indexAll bool
 
@@ -85,6 +89,9 @@ type Store struct {
 	scope      string       // wanted collections the cursor is taken under (CheckScope)
 
 	sweep sweeper // prune sweep state, guarded by writeMu (sweep.go)
+	// fieldBacklog lists declared fields whose stored records still need
+	// extracting, guarded by writeMu (fields_store.go).
+	fieldBacklog []*fieldBacklog
 }
 
 // lane is one (feed, target collection) pair: the unit that holds items and
@@ -98,6 +105,13 @@ type lane struct {
 	followCollID     int64
 	cap              int
 	mergeLimit       int
+	fields           map[string]laneField // declared name → extraction
+}
+
+// laneField is a field a lane may be filtered on.
+type laneField struct {
+	id   int64
+	kind FieldKind
 }
 
 type laneKey struct {
@@ -143,6 +157,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		followColls:   map[syntax.NSID]int64{},
 		targetColls:   map[syntax.NSID]int64{},
 		lanesByFollow: map[int64][]*lane{},
+		fieldsByColl:  map[int64][]fieldDef{},
 		actorIDs:      map[syntax.DID]int64{},
 		indexAll:      opts.IndexAll,
 		sweep:         sweeper{opts: opts.Sweep.withDefaults()},
