@@ -41,6 +41,16 @@ type Field struct {
 	Kind FieldKind
 }
 
+// Params lists the request parameters of the field: its name for an
+// equality field, name+"Min" and name+"Max" (inclusive bounds) for a
+// range field.
+func (f Field) Params() []string {
+	if f.Kind.Range() {
+		return []string{f.Name + "Min", f.Name + "Max"}
+	}
+	return []string{f.Name}
+}
+
 // Bounds of extraction: hostile records cannot make one record write more
 // than maxFieldValues rows per field, or store long values.
 const (
