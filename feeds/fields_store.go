@@ -103,6 +103,7 @@ func (s *Store) syncFields(ctx context.Context, tx *sql.Tx, feeds []Feed) error 
 			}
 		}
 	}
+	s.metrics.setFieldBacklog(len(s.fieldBacklog))
 	for k, d := range existing {
 		if _, keep := wanted[k]; keep || !d.enabled {
 			continue
@@ -204,6 +205,7 @@ func (s *Store) extractBacklog(ctx context.Context, res *SweepResult) error {
 	b.after = after
 	if b.after >= b.end {
 		s.fieldBacklog = s.fieldBacklog[1:]
+		s.metrics.setFieldBacklog(len(s.fieldBacklog))
 		s.log.Info("field_backlog_done", "field", b.def.id, "path", strings.Join(b.def.path, "."))
 	}
 	res.FieldRecords += int64(len(ids))

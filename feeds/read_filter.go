@@ -97,6 +97,7 @@ func (s *Store) readFiltered(ctx context.Context, l *lane, viewerID int64, befor
 		return Page{}, fmt.Errorf("scan feed: %w", err)
 	}
 
+	s.metrics.observeFilterScan(examined)
 	page := Page{Examined: examined}
 	switch {
 	case len(matched) > q.Limit:

@@ -17,10 +17,12 @@ var filterFields = []Field{
 	{Name: "createdAt", Path: "createdAt", Kind: FieldDatetime},
 }
 
-func filterFeeds(fields ...Field) []Feed {
+func filterFeeds(fields ...Field) []Feed { return filterFeedsCap(1000, fields...) }
+
+func filterFeedsCap(cap int, fields ...Field) []Feed {
 	return []Feed{{
 		Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-		Targets: []Target{{Collection: postNSID, Cap: 1000, Fields: fields}},
+		Targets: []Target{{Collection: postNSID, Cap: cap, Fields: fields}},
 	}}
 }
 
@@ -267,5 +269,23 @@ func TestFilterScanPlan(t *testing.T) {
 		strings.Count(text, "SEARCH rf USING PRIMARY KEY (record_id=? AND field_id=?") != 2 ||
 		strings.Contains(text, "TEMP B-TREE") || strings.Contains(text, "SCAN") {
 		t.Fatalf("unexpected plan:\n%s", text)
+	}
+}
+
+// TestListedRecordsGetFields: records a first read lists from a PDS get
+// their field values in the transaction that stores them, as stream
+// records do.
+func TestListedRecordsGetFields(t *testing.T) {
+	s := MustOpen(t, filterFeeds(filterFields...))
+	ctx := context.Background()
+	_, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("carol"), Collection: postNSID, Records: []ListedRecord{
+		{RKey: "3aaaaaaaaaaa2", CID: "c", Value: []byte(`{"text":"x","langs":["en","pt"],"createdAt":"2024-01-01T00:00:00Z"}`)},
+	}, To: Listing{Round: 1, Page: 1}}, time.Unix(1_800_000_000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := s.reader.QueryRow(`SELECT count(*) FROM record_fields`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("%d field values stored (%v), want 3", n, err)
 	}
 }
