@@ -1,10 +1,13 @@
 package feeds
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestExtractFields(t *testing.T) {
@@ -166,6 +169,92 @@ func FuzzParseFieldValue(f *testing.F) {
 			default:
 				t.Fatalf("%s %q: type %T", kind, raw, v)
 			}
+		}
+	})
+}
+
+// decodedExtract is extraction by decoding the whole record with
+// encoding/json, the obvious implementation the byte scan must agree with.
+func decodedExtract(body []byte, defs []fieldDef) [][]any {
+	out := make([][]any, len(defs))
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var doc any
+	if dec.Decode(&doc) != nil {
+		return out
+	}
+	var walk func(v any, path []string, visit func(any) bool) bool
+	walk = func(v any, path []string, visit func(any) bool) bool {
+		if arr, ok := v.([]any); ok {
+			for _, e := range arr {
+				if _, nested := e.([]any); nested {
+					continue
+				}
+				if !walk(e, path, visit) {
+					return false
+				}
+			}
+			return true
+		}
+		if len(path) == 0 {
+			return visit(v)
+		}
+		if obj, ok := v.(map[string]any); ok {
+			if next, ok := obj[path[0]]; ok {
+				return walk(next, path[1:], visit)
+			}
+		}
+		return true
+	}
+	for i, d := range defs {
+		var vals []any
+		walk(doc, d.path, func(v any) bool {
+			var raw []byte
+			switch x := v.(type) {
+			case json.Number:
+				raw = []byte(x)
+			case nil, map[string]any, []any:
+				return len(vals) < MaxFieldValues
+			default:
+				raw, _ = json.Marshal(x)
+			}
+			if x, ok := jsonFieldValue(d.kind, raw); ok && !containsValue(vals, x) {
+				vals = append(vals, x)
+			}
+			return len(vals) < MaxFieldValues
+		})
+		out[i] = vals
+	}
+	return out
+}
+
+// FuzzExtractFieldsMatchesDecoder: on valid UTF-8 JSON, the byte scan
+// finds exactly what decoding the whole record finds.
+func FuzzExtractFieldsMatchesDecoder(f *testing.F) {
+	for _, s := range []string{
+		`{"langs":["en","pt"],"createdAt":"2024-01-02T03:04:05Z"}`,
+		`{"a":{"b":[{"c":1},{"c":"x"},{"c":[2,[3]]}]},"a":{"b":{"c":true}}}`,
+		`[{"langs":"en"},{"langs":["de",["x"]]}]`,
+		`{"l\u0061ngs" : [ "e\u006e" , -0 , 10 , 1.5 , false ] }`,
+		`{"n":[1,2,3,99999999999999999999,-7],"createdAt":"2024-01-02T05:04:05+02:00"}`,
+		`{"a":{"b":{"c":{"d":"deep"}}},"langs":{}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	defs := []fieldDef{
+		{id: 1, path: splitFieldPath("langs"), kind: FieldEquality},
+		{id: 2, path: splitFieldPath("a.b.c"), kind: FieldEquality},
+		{id: 3, path: splitFieldPath("createdAt"), kind: FieldDatetime},
+		{id: 4, path: splitFieldPath("n"), kind: FieldInteger},
+		{id: 5, path: splitFieldPath("a.b.c"), kind: FieldInteger},
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got := extractFields(body, defs) // never panics, whatever the bytes
+		if !json.Valid(body) || !utf8.Valid(body) {
+			return
+		}
+		if want := decodedExtract(body, defs); !reflect.DeepEqual(got, want) {
+			t.Fatalf("body %s:\n scan   %#v\n decode %#v", body, got, want)
 		}
 	})
 }

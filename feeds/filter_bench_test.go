@@ -88,33 +88,12 @@ func BenchmarkApplyBatchFields(b *testing.B) {
 			const accounts = 10_000
 			seedGraph(b, s, accounts, 20)
 			rng := rand.New(rand.NewPCG(1, 2))
-			batch := &Batch{Changes: make([]Change, 0, 1000)}
-			ts := int64(1_000_000)
-			var events int
-			var took time.Duration
-			flush := func() {
-				start := time.Now()
-				if _, err := s.ApplyBatch(context.Background(), batch); err != nil {
-					b.Fatal(err)
-				}
-				took += time.Since(start)
-				events += len(batch.Changes)
-				batch.Changes = batch.Changes[:0]
-			}
-			for b.Loop() {
-				ts++
+			eps := streamBatches(b, s, 1000, func(ts int64) Change {
 				c := langPost(fmt.Sprint("a", rng.IntN(accounts)), fmt.Sprint("p", ts), ts%5000, "en", "pt")
 				c.TimeUS, c.Rev = ts, rev(ts)
-				batch.Changes = append(batch.Changes, c)
-				batch.Cursor = StreamCursor{TimeUS: ts}
-				if len(batch.Changes) == cap(batch.Changes) {
-					flush()
-				}
-			}
-			if len(batch.Changes) > 0 {
-				flush()
-			}
-			b.ReportMetric(float64(events)/took.Seconds(), "events/s")
+				return c
+			})
+			b.ReportMetric(eps, "events/s")
 		})
 	}
 }

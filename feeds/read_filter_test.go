@@ -249,21 +249,7 @@ func TestFilterScanPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	args = append(args, 1, l.id, int64(math.MaxInt64), int64(math.MaxInt64), 100)
-	rows, err := s.reader.Query("EXPLAIN QUERY PLAN "+fmt.Sprintf(filterScanSQL, conds), args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var id, parent, notused int
-		var detail string
-		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, detail)
-	}
-	text := strings.Join(plan, "\n")
+	text := explain(t, s, fmt.Sprintf(filterScanSQL, conds), args...)
 	t.Logf("plan:\n%s", text)
 	if !strings.Contains(text, "SEARCH fi USING PRIMARY KEY (viewer_id=? AND target_id=?") ||
 		strings.Count(text, "SEARCH rf USING PRIMARY KEY (record_id=? AND field_id=?") != 2 ||
