@@ -8,7 +8,8 @@ import (
 )
 
 // fieldBacklogSlice bounds one backlog slice: the stored records it
-// examines (of any collection, in id order) in one transaction.
+// examines (of any collection, in id order) in one transaction. Tests
+// shrink Store.backlogSlice instead.
 const fieldBacklogSlice = 1000
 
 // fieldBacklog is a declared field whose values are not yet extracted from
@@ -155,7 +156,7 @@ func (s *Store) extractBacklog(ctx context.Context, res *SweepResult) error {
 	defer w.tx.Rollback()
 	rows, err := w.tx.QueryContext(ctx, `
 		SELECT id, collection_id = ?3 FROM records WHERE id > ?1 AND id <= ?2 ORDER BY id LIMIT ?4`,
-		b.after, b.end, b.def.collectionID, fieldBacklogSlice)
+		b.after, b.end, b.def.collectionID, s.backlogSlice)
 	if err != nil {
 		return fmt.Errorf("field backlog: %w", err)
 	}
@@ -178,7 +179,7 @@ func (s *Store) extractBacklog(ctx context.Context, res *SweepResult) error {
 		return fmt.Errorf("field backlog: %w", err)
 	}
 	after := last
-	if examined < fieldBacklogSlice {
+	if examined < s.backlogSlice {
 		after = b.end
 	}
 	defs := []fieldDef{b.def}

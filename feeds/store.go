@@ -92,6 +92,7 @@ type Store struct {
 	// fieldBacklog lists declared fields whose stored records still need
 	// extracting, guarded by writeMu (fields_store.go).
 	fieldBacklog []*fieldBacklog
+	backlogSlice int // records one backlog slice examines (fieldBacklogSlice)
 }
 
 // lane is one (feed, target collection) pair: the unit that holds items and
@@ -161,6 +162,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		actorIDs:      map[syntax.DID]int64{},
 		indexAll:      opts.IndexAll,
 		sweep:         sweeper{opts: opts.Sweep.withDefaults()},
+		backlogSlice:  fieldBacklogSlice,
 	}
 	if err := s.init(ctx, opts); err != nil {
 		writer.Close()
