@@ -60,8 +60,7 @@ func (sc cursorScope) check(payload []byte) []byte {
 		fields = append(fields, sc.Filter)
 	}
 	for _, f := range fields {
-		buf = binary.AppendUvarint(buf, uint64(len(f)))
-		buf = append(buf, f...)
+		buf = appendField(buf, f)
 	}
 	h.Write(buf)
 	h.Write(payload)

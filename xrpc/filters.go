@@ -57,7 +57,7 @@ func parseFilters(q url.Values, spec FeedSpec, coll syntax.NSID) ([]feeds.Filter
 			continue
 		}
 		if filter.Min > filter.Max {
-			return nil, "", invalidRequest(params[0] + " must not be after " + params[1])
+			return nil, "", invalidRequest(params[0] + " must not exceed " + params[1])
 		}
 		filters = append(filters, filter)
 		canon = appendField(canon, f.Name)
