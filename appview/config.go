@@ -119,6 +119,9 @@ type TargetConfig struct {
 	// Cap is how many items of this collection a viewer's feed keeps.
 	// Defaults to 200 when a target in the file omits it.
 	Cap int `yaml:"cap"`
+	// Fields are the queryable fields getFeed may filter this collection
+	// on (config_fields.go). None by default.
+	Fields []FieldConfig `yaml:"fields,omitempty"`
 }
 
 const (

@@ -69,8 +69,8 @@ func redactedNode(v reflect.Value, secret bool) (*yaml.Node, error) {
 			if !f.IsExported() {
 				continue
 			}
-			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if name == "-" {
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if name == "-" || (opts == "omitempty" && v.Field(i).IsZero()) {
 				continue
 			}
 			if name == "" {

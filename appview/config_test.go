@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/atfeeds/appview/feeds"
 )
 
 const exampleConfigPath = "../config.example.yaml"
@@ -192,7 +194,7 @@ feeds:
 		{
 			name: "unknown key in a feed target",
 			yaml: "feeds:\n  - name: a\n    follow_collection: app.bsky.graph.follow\n    targets:\n      - collection: app.bsky.feed.post\n        kap: 5\n",
-			errs: []string{"line 6: feeds[0].targets[0].kap: unknown key (want one of collection, cap)"},
+			errs: []string{"line 6: feeds[0].targets[0].kap: unknown key (want one of collection, cap, fields)"},
 		},
 		{
 			name: "several unknown keys reported together",
@@ -311,6 +313,28 @@ func TestValidate(t *testing.T) {
 		}, `feeds[0].targets[1].collection: duplicate of targets[0].collection "app.bsky.feed.post"`},
 		{"zero cap", func(c *Config) { c.Feeds[0].Targets[0].Cap = 0 }, "feeds[0].targets[0].cap: must be positive"},
 		{"negative cap", func(c *Config) { c.Feeds[0].Targets[0].Cap = -5 }, "feeds[0].targets[0].cap: must be positive"},
+		{"fields", func(c *Config) { c.Feeds[0].Targets[0].Fields = exampleFields() }, ""},
+		{"field name", func(c *Config) { c.Feeds[0].Targets[0].Fields[0].Name = "lang-s" }, `feeds[0].targets[0].fields[0].name: "lang-s": must be 1 to 32 letters`},
+		{"field name starting with a digit", func(c *Config) { c.Feeds[0].Targets[0].Fields[0].Name = "1langs" }, `fields[0].name: "1langs"`},
+		{"field named like a parameter", func(c *Config) { c.Feeds[0].Targets[0].Fields[0].Name = "cursor" }, `feeds[0].targets[0].fields[0].name: "cursor": parameter cursor is one of getFeed's own`},
+		{"field named profiles", func(c *Config) { c.Feeds[0].Targets[0].Fields[0].Name = "profiles" }, `parameter profiles is one of getFeed's own`},
+		{"field parameters collide", func(c *Config) {
+			c.Feeds[0].Targets[0].Fields = append(c.Feeds[0].Targets[0].Fields, FieldConfig{Name: "createdAtMin", Path: "x", Kind: "equality"})
+		}, `feeds[0].targets[0].fields[2].name: "createdAtMin": parameter createdAtMin is also made by fields[1]`},
+		{"duplicate field", func(c *Config) {
+			c.Feeds[0].Targets[0].Fields = append(c.Feeds[0].Targets[0].Fields, FieldConfig{Name: "langs", Path: "x", Kind: "equality"})
+		}, `fields[2].name: "langs": parameter langs is also made by fields[0]`},
+		{"field path", func(c *Config) { c.Feeds[0].Targets[0].Fields[0].Path = "langs[0]" }, `feeds[0].targets[0].fields[0].path: path "langs[0]"`},
+		{"empty field path", func(c *Config) { c.Feeds[0].Targets[0].Fields[0].Path = "" }, `fields[0].path: path ""`},
+		{"deep field path", func(c *Config) { c.Feeds[0].Targets[0].Fields[0].Path = "a.b.c.d.e.f.g.h.i" }, `fields[0].path: path "a.b.c.d.e.f.g.h.i": at most 8 segments`},
+		{"field kind", func(c *Config) { c.Feeds[0].Targets[0].Fields[0].Kind = "prefix" }, `fields[0].kind: "prefix": must be equality or range`},
+		{"equality with a type", func(c *Config) { c.Feeds[0].Targets[0].Fields[0].Type = "integer" }, `fields[0].type: only range fields have a type`},
+		{"range without a type", func(c *Config) { c.Feeds[0].Targets[0].Fields[1].Type = "" }, `fields[1].type: "": a range field's type must be datetime or integer`},
+		{"too many fields", func(c *Config) {
+			for i := range 7 {
+				c.Feeds[0].Targets[0].Fields = append(c.Feeds[0].Targets[0].Fields, FieldConfig{Name: fmt.Sprintf("f%d", i), Path: "x", Kind: "equality"})
+			}
+		}, "feeds[0].targets[0].fields: at most 8 fields per target"},
 		{"too many collections", func(c *Config) {
 			for i := range 100 {
 				c.Feeds[0].Targets = append(c.Feeds[0].Targets, TargetConfig{Collection: fmt.Sprintf("com.example.c%d", i), Cap: 1})
@@ -333,6 +357,9 @@ func TestValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()
+			if strings.Contains(tt.name, "field") || strings.Contains(tt.name, "range") || strings.Contains(tt.name, "equality") {
+				cfg.Feeds[0].Targets[0].Fields = exampleFields()
+			}
 			tt.mutate(&cfg)
 			err := cfg.Validate()
 			switch {
@@ -395,5 +422,58 @@ func TestCollections(t *testing.T) {
 				t.Fatalf("got %q, want %q", tt.got, tt.want)
 			}
 		})
+	}
+}
+
+// exampleFields are the fields config.example.yaml shows (commented out).
+func exampleFields() []FieldConfig {
+	return []FieldConfig{
+		{Name: "langs", Path: "langs", Kind: "equality"},
+		{Name: "createdAt", Path: "createdAt", Kind: "range", Type: "datetime"},
+	}
+}
+
+// TestParseConfigFields decodes declared fields from YAML and hands them
+// to the store and the server with their kinds.
+func TestParseConfigFields(t *testing.T) {
+	cfg, err := ParseConfig(strings.NewReader(`
+feeds:
+  - name: following
+    follow_collection: app.bsky.graph.follow
+    targets:
+      - collection: app.bsky.feed.post
+        fields:
+          - {name: langs, path: langs, kind: equality}
+          - {name: createdAt, path: createdAt, kind: range, type: datetime}
+          - {name: likes, path: stats.likes, kind: range, type: integer}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeFeeds, specs := feedDefinitions(cfg)
+	got := storeFeeds[0].Targets[0].Fields
+	want := []feeds.Field{
+		{Name: "langs", Path: "langs", Kind: feeds.FieldEquality},
+		{Name: "createdAt", Path: "createdAt", Kind: feeds.FieldDatetime},
+		{Name: "likes", Path: "stats.likes", Kind: feeds.FieldInteger},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("store fields %+v, want %+v", got, want)
+	}
+	if !reflect.DeepEqual(specs[0].Fields["app.bsky.feed.post"], want) {
+		t.Fatalf("server fields %+v", specs[0].Fields)
+	}
+
+	_, err = ParseConfig(strings.NewReader(`
+feeds:
+  - name: following
+    follow_collection: app.bsky.graph.follow
+    targets:
+      - collection: app.bsky.feed.post
+        fields:
+          - {name: langs, path: langs, kind: equality, match: any}
+`))
+	if err == nil || !strings.Contains(err.Error(), "feeds[0].targets[0].fields[0].match: unknown key") {
+		t.Fatalf("unknown field key: %v", err)
 	}
 }

@@ -127,6 +127,7 @@ func (c Config) Validate() error {
 			if t.Cap <= 0 {
 				fail(tp+".cap", "must be positive")
 			}
+			validateFields(fail, tp, t.Fields)
 		}
 	}
 	if n := len(c.WantedCollections()); n > maxWantedCollections {

@@ -180,10 +180,16 @@ func feedDefinitions(cfg Config) ([]feeds.Feed, []xrpc.FeedSpec) {
 	var specs []xrpc.FeedSpec
 	for _, f := range cfg.Feeds {
 		feed := feeds.Feed{Name: f.Name, FollowCollection: syntax.NSID(f.FollowCollection), MergeLimit: f.MergeLimit}
-		spec := xrpc.FeedSpec{Name: f.Name}
+		spec := xrpc.FeedSpec{Name: f.Name, Fields: map[syntax.NSID][]feeds.Field{}}
 		for _, t := range f.Targets {
-			feed.Targets = append(feed.Targets, feeds.Target{Collection: syntax.NSID(t.Collection), Cap: t.Cap})
-			spec.Collections = append(spec.Collections, syntax.NSID(t.Collection))
+			coll := syntax.NSID(t.Collection)
+			var fields []feeds.Field
+			for _, fc := range t.Fields {
+				fields = append(fields, feeds.Field{Name: fc.Name, Path: fc.Path, Kind: fc.StoreKind()})
+			}
+			feed.Targets = append(feed.Targets, feeds.Target{Collection: coll, Cap: t.Cap, Fields: fields})
+			spec.Collections = append(spec.Collections, coll)
+			spec.Fields[coll] = fields
 		}
 		out = append(out, feed)
 		specs = append(specs, spec)

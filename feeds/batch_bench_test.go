@@ -21,41 +21,48 @@ func BenchmarkApplyBatch(b *testing.B) {
 			const accounts = 10_000
 			seedGraph(b, s, accounts, 20)
 			rng := rand.New(rand.NewPCG(1, 2))
-			batch := &Batch{Changes: make([]Change, 0, size)}
-			ts := int64(1_000_000)
-			var events int
-			var took time.Duration
-			flush := func() {
-				start := time.Now()
-				if _, err := s.ApplyBatch(context.Background(), batch); err != nil {
-					b.Fatal(err)
-				}
-				took += time.Since(start)
-				events += len(batch.Changes)
-				batch.Changes = batch.Changes[:0]
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				ts++
+			eps := streamBatches(b, s, size, func(ts int64) Change {
 				author := fmt.Sprint("a", rng.IntN(accounts))
-				var c Change
 				if ts%10 == 0 {
-					c = follow(author, fmt.Sprint("a", rng.IntN(accounts)), fmt.Sprint("nf", ts), ts)
-				} else {
-					c = post(author, fmt.Sprint("p", ts), ts)
+					return follow(author, fmt.Sprint("a", rng.IntN(accounts)), fmt.Sprint("nf", ts), ts)
 				}
-				batch.Changes = append(batch.Changes, c)
-				batch.Cursor = StreamCursor{TimeUS: ts}
-				if len(batch.Changes) == size {
-					flush()
-				}
-			}
-			if len(batch.Changes) > 0 {
-				flush()
-			}
-			b.ReportMetric(float64(events)/took.Seconds(), "events/s")
+				return post(author, fmt.Sprint("p", ts), ts)
+			})
+			b.ReportMetric(eps, "events/s")
 		})
 	}
+}
+
+// streamBatches applies one change per benchmark iteration, made by next
+// from a rising time_us, in batches of size, and returns the events per
+// second spent in ApplyBatch.
+func streamBatches(b *testing.B, s *Store, size int, next func(ts int64) Change) float64 {
+	batch := &Batch{Changes: make([]Change, 0, size)}
+	ts := int64(1_000_000)
+	var events int
+	var took time.Duration
+	flush := func() {
+		start := time.Now()
+		if _, err := s.ApplyBatch(context.Background(), batch); err != nil {
+			b.Fatal(err)
+		}
+		took += time.Since(start)
+		events += len(batch.Changes)
+		batch.Changes = batch.Changes[:0]
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		ts++
+		batch.Changes = append(batch.Changes, next(ts))
+		batch.Cursor = StreamCursor{TimeUS: ts}
+		if len(batch.Changes) == size {
+			flush()
+		}
+	}
+	if len(batch.Changes) > 0 {
+		flush()
+	}
+	return float64(events) / took.Seconds()
 }
 
 // seedGraph creates accounts a0…a(n-1), each following `each` others, in

@@ -65,6 +65,9 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed) error {
 		s.laneByKey[laneKey{l.feed, l.collection}] = l
 		s.lanesByFollow[l.followCollID] = append(s.lanesByFollow[l.followCollID], l)
 	}
+	if err := s.syncFields(ctx, tx, feeds); err != nil {
+		return fmt.Errorf("sync fields: %w", err)
+	}
 	return tx.Commit()
 }
 

@@ -185,9 +185,12 @@ func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, now time.T
 	}
 	indexed := listedIndexTime(r, now)
 	c := Change{TimeUS: indexed, CreatedAtUS: r.CreatedAtUS}
-	if _, err := w.exec(w.s.stmts.insertRecord, actorID, collID, string(r.RKey), r.CID, "",
-		c.SortKey(), indexed, r.CreatedAtUS, string(r.Value)); err != nil {
+	if _, err := w.queryRow(w.s.stmts.insertRecord, []any{actorID, collID, string(r.RKey), r.CID, "",
+		c.SortKey(), indexed, r.CreatedAtUS, string(r.Value)}, &id); err != nil {
 		return false, fmt.Errorf("insert listed record: %w", err)
+	}
+	if err := w.storeFields(id, collID, r.Value, false); err != nil {
+		return false, err
 	}
 	return true, nil
 }

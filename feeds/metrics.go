@@ -16,6 +16,7 @@ type Metrics struct {
 	cursorTimeUS prometheus.Gauge
 	sweep        *sweepMetrics  // sweep_metrics.go
 	cursor       *cursorMetrics // metrics_cursor.go
+	fields       *fieldMetrics  // metrics_fields.go
 }
 
 // NewMetrics registers the ingest metrics on reg.
@@ -46,6 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.batches, m.commitTime, m.changes, m.feedRows, m.cursorTimeUS)
 	m.sweep = newSweepMetrics(reg)
 	m.cursor = newCursorMetrics(reg)
+	m.fields = newFieldMetrics(reg)
 	return m
 }
 

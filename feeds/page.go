@@ -23,6 +23,21 @@ type PageQuery struct {
 	Limit      int
 	// Before, when set, returns items strictly older than this key.
 	Before *PageKey
+	// Filters keep only records matching every one (read_filter.go).
+	Filters []Filter
+	// ScanLimit bounds the feed rows a filtered page examines; 0 means
+	// DefaultScanLimit.
+	ScanLimit int
+}
+
+// Filter is one condition on a declared field of the page's collection:
+// Equals for an equality field; Min and Max, both inclusive, for a range
+// field (math.MinInt64 and math.MaxInt64 leave a side open). Values are
+// what ParseFieldValue returns.
+type Filter struct {
+	Field    string
+	Equals   string
+	Min, Max int64
 }
 
 // Item is one record in a feed page.
@@ -37,8 +52,12 @@ type Item struct {
 	Key        PageKey
 }
 
-// Page is a run of items; Next is set when more items may follow.
+// Page is a run of items; Next is set when more items may follow. A
+// filtered page may hold fewer than the limit (even none) and still have a
+// Next: its scan bound ran out first.
 type Page struct {
 	Items []Item
 	Next  *PageKey
+	// Examined is how many feed rows a filtered read looked at.
+	Examined int
 }

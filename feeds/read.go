@@ -46,6 +46,9 @@ func (s *Store) ReadFeed(ctx context.Context, q PageQuery) (Page, error) {
 	if q.Before != nil {
 		before = *q.Before
 	}
+	if len(q.Filters) > 0 {
+		return s.readFiltered(ctx, l, viewerID, before, q)
+	}
 	// One row more than asked tells whether another page exists.
 	rows, err := s.reads.page.QueryContext(ctx, viewerID, l.id, before.SortUS, before.RecordID, q.Limit+1)
 	if err != nil {
@@ -61,10 +64,9 @@ func (s *Store) ReadFeed(ctx context.Context, q PageQuery) (Page, error) {
 			break
 		}
 		it := Item{Collection: collection}
-		if err := rows.Scan(&it.Key.SortUS, &it.Key.RecordID, &it.DID, &it.RKey, &it.CID, &it.TimeUS, (*[]byte)(&it.Value)); err != nil {
-			return Page{}, fmt.Errorf("read feed row: %w", err)
+		if err := scanItem(rows, &it.Key.SortUS, &it.Key.RecordID, &it); err != nil {
+			return Page{}, err
 		}
-		it.URI = "at://" + it.DID + "/" + it.Collection + "/" + it.RKey
 		items = append(items, it)
 	}
 	if err := rows.Err(); err != nil {
@@ -76,6 +78,17 @@ func (s *Store) ReadFeed(ctx context.Context, q PageQuery) (Page, error) {
 		page.Next = &last
 	}
 	return page, nil
+}
+
+// scanItem scans a row of two head columns followed by the record columns
+// (did, rkey, cid, indexed_us, body) into it; the caller sets the
+// collection, which is the lane's.
+func scanItem(rows *sql.Rows, head1, head2 any, it *Item) error {
+	if err := rows.Scan(head1, head2, &it.DID, &it.RKey, &it.CID, &it.TimeUS, (*[]byte)(&it.Value)); err != nil {
+		return fmt.Errorf("read feed row: %w", err)
+	}
+	it.URI = "at://" + it.DID + "/" + it.Collection + "/" + it.RKey
+	return nil
 }
 
 // readStatements are the read path's statements, prepared once on the read

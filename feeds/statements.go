@@ -18,7 +18,13 @@ var writeSQL = struct {
 	merge, unmerge, unfeedRecord, unfeedAuthor            string
 	viewerOfFollows, viewerOfFeed, followedByAnyone       string
 	actorActive, listingByKey                             string
+	insertField, deleteFields                             string
 }{
+	// insertField stores one extracted field value (fields_store.go); an
+	// array holding a value twice stores it once.
+	insertField:  `INSERT OR IGNORE INTO record_fields (record_id, field_id, value) VALUES (?, ?, ?)`,
+	deleteFields: `DELETE FROM record_fields WHERE record_id = ?`,
+
 	listingByKey: `SELECT round, page FROM listings WHERE actor_id = ? AND collection_id = ?`,
 	actorActive:  `SELECT active FROM actors WHERE id = ?`,
 	// viewerOfFollows: is the actor a registered viewer of any feed built
@@ -89,6 +95,7 @@ type statements struct {
 	merge, unmerge, unfeedRecord, unfeedAuthor            *sql.Stmt
 	viewerOfFollows, viewerOfFeed, followedByAnyone       *sql.Stmt
 	actorActive, listingByKey                             *sql.Stmt
+	insertField, deleteFields                             *sql.Stmt
 	fan                                                   *fanoutStatements // fanout.go
 }
 
@@ -112,6 +119,7 @@ func prepareStatements(ctx context.Context, db *sql.DB, indexAll bool) (*stateme
 		{&st.listingByKey, writeSQL.listingByKey},
 		{&st.unmerge, writeSQL.unmerge}, {&st.unfeedRecord, writeSQL.unfeedRecord},
 		{&st.unfeedAuthor, writeSQL.unfeedAuthor},
+		{&st.insertField, writeSQL.insertField}, {&st.deleteFields, writeSQL.deleteFields},
 	} {
 		s, err := db.PrepareContext(ctx, p.sql)
 		if err != nil {

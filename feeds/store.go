@@ -31,6 +31,9 @@ type Feed struct {
 type Target struct {
 	Collection syntax.NSID
 	Cap        int
+	// Fields are the queryable fields getFeed filters this target on
+	// (fields.go); their values are extracted when a record is stored.
+	Fields []Field
 }
 
 // Options configures Open.
@@ -71,6 +74,7 @@ type Store struct {
 	followColls   map[syntax.NSID]int64 // follow collection → collection id
 	targetColls   map[syntax.NSID]int64 // target collection → collection id
 	lanesByFollow map[int64][]*lane     // follow collection id → lanes it feeds
+	fieldsByColl  map[int64][]fieldDef  // target collection id → fields extracted at ingest
 
 	indexAll bool
 	profiles bool // profile hydration: store profile records
@@ -92,6 +96,10 @@ type Store struct {
 	scope      string       // wanted collections the cursor is taken under (CheckScope)
 
 	sweep sweeper // prune sweep state, guarded by writeMu (sweep.go)
+	// fieldBacklog lists declared fields whose stored records still need
+	// extracting, guarded by writeMu (fields_store.go).
+	fieldBacklog []*fieldBacklog
+	backlogSlice int // records one backlog slice examines (fieldBacklogSlice)
 }
 
 // lane is one (feed, target collection) pair: the unit that holds items and
@@ -105,6 +113,13 @@ type lane struct {
 	followCollID     int64
 	cap              int
 	mergeLimit       int
+	fields           map[string]laneField // declared name → extraction
+}
+
+// laneField is a field a lane may be filtered on.
+type laneField struct {
+	id   int64
+	kind FieldKind
 }
 
 type laneKey struct {
@@ -164,10 +179,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		followColls:   map[syntax.NSID]int64{},
 		targetColls:   map[syntax.NSID]int64{},
 		lanesByFollow: map[int64][]*lane{},
+		fieldsByColl:  map[int64][]fieldDef{},
 		actorIDs:      map[syntax.DID]int64{},
 		indexAll:      opts.IndexAll,
 		profiles:      opts.Profiles,
 		sweep:         sweeper{opts: opts.Sweep.withDefaults()},
+		backlogSlice:  fieldBacklogSlice,
 	}
 	if err := s.init(ctx, opts); err != nil {
 		writer.Close()

@@ -132,6 +132,9 @@ type SweepResult struct {
 	RecordsRetired    int64
 	TombstonesRetired int64
 	VacuumedPages     int64
+	// FieldRecords is how many stored records a field backlog slice
+	// extracted values from (fields_store.go).
+	FieldRecords int64
 }
 
 // sweeper is the Store's sweep state, guarded by Store.writeMu.
@@ -173,12 +176,15 @@ func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
 	if err := s.retain(ctx, &res); err != nil {
 		return res, fmt.Errorf("retention: %w", err)
 	}
+	if err := s.extractBacklog(ctx, &res); err != nil {
+		return res, err
+	}
 	freed := res.RowsDeleted > 0 || res.RecordsRetired > 0 || res.TombstonesRetired > 0
 	if err := s.vacuum(ctx, freed, &res); err != nil {
 		return res, fmt.Errorf("incremental vacuum: %w", err)
 	}
 	sw := &s.sweep
-	res.Pending = s.sweepReason(false, now) != "" || sw.retainMore || sw.vacuumMore
+	res.Pending = s.sweepReason(false, now) != "" || sw.retainMore || sw.vacuumMore || len(s.fieldBacklog) > 0
 	return res, nil
 }
 

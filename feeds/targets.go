@@ -58,6 +58,9 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 		if _, err := w.exec(st.updateRecord, recordID, c.CID, c.Rev, string(c.Record)); err != nil {
 			return fmt.Errorf("update record: %w", err)
 		}
+		if err := w.storeFields(recordID, collID, c.Record, true); err != nil {
+			return err
+		}
 		w.res.Applied++
 		return nil
 	}
@@ -79,6 +82,9 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 		[]any{actorID, collID, string(c.RKey), c.CID, c.Rev, sortUS, c.TimeUS, c.CreatedAtUS, string(c.Record)},
 		&recordID); err != nil {
 		return fmt.Errorf("insert record: %w", err)
+	}
+	if err := w.storeFields(recordID, collID, c.Record, false); err != nil {
+		return err
 	}
 	if err := w.queueFanout(actorID, collID, sortUS, recordID); err != nil {
 		return err

@@ -16,8 +16,8 @@ import (
 //	version (1 byte) | SortUS (8 bytes, big endian) | RecordID (8 bytes, big endian) | check (8 bytes)
 //
 // in unpadded URL-safe base64, where check is the first 8 bytes of a
-// SHA-256 over the cursor's scope (feed, actor, collection) and the first
-// 17 bytes. The check is not a secret: it only makes a cursor from another
+// SHA-256 over the cursor's scope (feed, actor, collection and, on a
+// filtered read, the filters) and the first 17 bytes. The check is not a secret: it only makes a cursor from another
 // feed, actor or collection, or a mangled one, fail loudly instead of
 // quietly paging through the wrong feed. Forging a cursor gains nothing, as
 // it only positions a read of the caller's chosen feed.
@@ -44,6 +44,10 @@ type cursorScope struct {
 	Feed       string
 	Actor      syntax.DID
 	Collection syntax.NSID
+	// Filter is the canonical encoding of the page's filters (filters.go),
+	// empty when unfiltered. It joins the check only when set, so
+	// unfiltered cursors stay what they were before filters existed.
+	Filter string
 }
 
 func (sc cursorScope) check(payload []byte) []byte {
@@ -51,9 +55,12 @@ func (sc cursorScope) check(payload []byte) []byte {
 	// Length-prefix every field so that no two scopes hash the same input.
 	var buf []byte
 	buf = append(buf, "atfeeds-appview-cursor\x00"...)
-	for _, f := range []string{sc.Feed, string(sc.Actor), string(sc.Collection)} {
-		buf = binary.AppendUvarint(buf, uint64(len(f)))
-		buf = append(buf, f...)
+	fields := []string{sc.Feed, string(sc.Actor), string(sc.Collection)}
+	if sc.Filter != "" {
+		fields = append(fields, sc.Filter)
+	}
+	for _, f := range fields {
+		buf = appendField(buf, f)
 	}
 	h.Write(buf)
 	h.Write(payload)

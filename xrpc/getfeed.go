@@ -31,6 +31,9 @@ type feedParams struct {
 	RawCursor string
 	// Profiles asks for the authors' profiles (profiles=true).
 	Profiles bool
+	// Filters are the declared fields' parameters (filters.go); the
+	// cursor is bound to them through Scope.Filter.
+	Filters []feeds.Filter
 }
 
 // parseFeedParams checks getFeed's raw query string. An empty value counts
@@ -90,6 +93,12 @@ func (s *Server) parseFeedParams(rawQuery string) (feedParams, *Error) {
 			return feedParams{}, invalidRequest("collection is not part of this feed")
 		}
 	}
+
+	filters, canon, xe := parseFilters(q, spec, p.Scope.Collection)
+	if xe != nil {
+		return feedParams{}, xe
+	}
+	p.Filters, p.Scope.Filter = filters, canon
 
 	p.Limit = defaultLimit
 	if raw := q.Get("limit"); raw != "" {
@@ -194,7 +203,12 @@ func (s *Server) getFeed(c echo.Context) error {
 		Collection: p.Scope.Collection,
 		Limit:      p.Limit,
 		Before:     p.Before,
+		Filters:    p.Filters,
+		ScanLimit:  s.scanLimit,
 	})
+	if errors.Is(err, feeds.ErrUnknownField) {
+		return invalidRequest("filter is not declared for this collection")
+	}
 	if err != nil {
 		s.logger.Error("read feed", "feed", p.Scope.Feed, "collection", p.Scope.Collection, "err", err)
 		return errInternal

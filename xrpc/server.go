@@ -54,6 +54,8 @@ type FeedSpec struct {
 	// Collections are the target collections a client may ask for; the
 	// first one is the default.
 	Collections []syntax.NSID
+	// Fields are the filters each collection declares (filters.go).
+	Fields map[syntax.NSID][]feeds.Field
 }
 
 // Config is everything NewServer needs.
@@ -88,6 +90,9 @@ type Config struct {
 	// Status, when set, serves GET /status with the JSON encoding of what
 	// it returns (statuspage.go).
 	Status func(context.Context) (any, error)
+	// FilterScanLimit bounds the feed rows a filtered getFeed page
+	// examines; 0 means feeds.DefaultScanLimit.
+	FilterScanLimit int
 	// Timeouts bound how long a client may hold a connection; the zero
 	// value keeps the defaults. Tests shorten them.
 	Timeouts Timeouts
@@ -164,6 +169,8 @@ type Server struct {
 	version  string
 	metrics  *metrics
 	notify   *notifyMethod // nil when notifyOfUpdate is disabled
+	// scanLimit bounds a filtered page's scan (Config.FilterScanLimit).
+	scanLimit int
 
 	// getFeedPath is the full request path of getFeed, "/xrpc/<ns>.getFeed".
 	getFeedPath string
@@ -203,6 +210,7 @@ func NewServer(cfg Config) *Server {
 		metrics:     newMetrics(cfg.Registerer),
 		getFeedPath: xrpcPrefix + cfg.Namespace + "." + getFeedName,
 		notify:      newNotifyMethod(cfg),
+		scanLimit:   cfg.FilterScanLimit,
 	}
 	for _, f := range cfg.Feeds {
 		s.feeds[f.Name] = f

@@ -30,8 +30,18 @@ const (
 	reposts = syntax.NSID("app.bsky.feed.repost")
 )
 
+// testFilters are the fields "following" declares: posts filter on langs
+// and createdAt, reposts on subject.
+var testFilters = map[syntax.NSID][]feeds.Field{
+	posts: {
+		{Name: "langs", Path: "langs", Kind: feeds.FieldEquality},
+		{Name: "createdAt", Path: "createdAt", Kind: feeds.FieldDatetime},
+	},
+	reposts: {{Name: "subject", Path: "subject.uri", Kind: feeds.FieldEquality}},
+}
+
 var testFeeds = []FeedSpec{
-	{Name: "following", Collections: []syntax.NSID{posts, reposts}},
+	{Name: "following", Collections: []syntax.NSID{posts, reposts}, Fields: testFilters},
 	{Name: "mutuals", Collections: []syntax.NSID{posts}},
 }
 
