@@ -13,13 +13,14 @@ import (
 // lets the index seek to the cursor, so a page costs the same however long
 // the feed is and never sorts it.
 //
-// The collection is the lane's, so it is not joined per row.
+// The collection is the lane's, so it is not joined per row; the viewer is
+// looked up in the same statement (an unknown viewer reads an empty page).
 const readPageSQL = `
 	SELECT fi.sort_us, fi.record_id, a.did, r.rkey, r.cid, r.indexed_us, r.body
 	FROM feed_items fi
 	JOIN records r ON r.id = fi.record_id
 	JOIN actors a ON a.id = r.actor_id
-	WHERE fi.viewer_id = ?1 AND fi.target_id = ?2 AND (fi.sort_us, fi.record_id) < (?3, ?4)
+	WHERE fi.viewer_id = (SELECT id FROM actors WHERE did = ?1) AND fi.target_id = ?2 AND (fi.sort_us, fi.record_id) < (?3, ?4)
 	ORDER BY fi.sort_us DESC, fi.record_id DESC
 	LIMIT ?5`
 
@@ -34,23 +35,23 @@ func (s *Store) ReadFeed(ctx context.Context, q PageQuery) (Page, error) {
 	if q.Limit <= 0 {
 		return Page{}, fmt.Errorf("read feed: limit must be positive")
 	}
-	var viewerID int64
-	err := s.reads.viewerID.QueryRowContext(ctx, string(q.Viewer)).Scan(&viewerID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Page{Items: []Item{}}, nil
-	}
-	if err != nil {
-		return Page{}, fmt.Errorf("look up viewer: %w", err)
-	}
 	before := PageKey{SortUS: math.MaxInt64, RecordID: math.MaxInt64}
 	if q.Before != nil {
 		before = *q.Before
 	}
 	if len(q.Filters) > 0 {
+		var viewerID int64
+		err := s.reads.viewerID.QueryRowContext(ctx, string(q.Viewer)).Scan(&viewerID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return Page{Items: []Item{}}, nil
+		}
+		if err != nil {
+			return Page{}, fmt.Errorf("look up viewer: %w", err)
+		}
 		return s.readFiltered(ctx, l, viewerID, before, q)
 	}
 	// One row more than asked tells whether another page exists.
-	rows, err := s.reads.page.QueryContext(ctx, viewerID, l.id, before.SortUS, before.RecordID, q.Limit+1)
+	rows, err := s.reads.page.QueryContext(ctx, string(q.Viewer), l.id, before.SortUS, before.RecordID, q.Limit+1)
 	if err != nil {
 		return Page{}, fmt.Errorf("read feed page: %w", err)
 	}
