@@ -2,7 +2,9 @@
 # Crash-safety proof and memory soak (docs/cursors.md, "Proof under
 # faults"): crashtest/ kills the real binary at random moments and at
 # failpoints, drops its Jetstream connection, stops it with SIGTERM
-# mid-batch, and compares every feed with a model of the log; the soak
+# mid-batch, and compares every feed with a model of the log; it also kills
+# it during first reads from fake PDSes (TestCrashFirstRead) and compares
+# every feed and listing cursor with the PDS contents; the soak
 # streams events through the daemon and fails if its memory grows. Needs
 # only Go. Both steps run even if the first fails.
 set -uo pipefail

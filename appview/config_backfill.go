@@ -27,6 +27,10 @@ type BackfillConfig struct {
 	// FirstReadWait is how long getFeed waits for a first read before it
 	// answers with what is there.
 	FirstReadWait time.Duration `yaml:"first_read_wait"`
+	// FirstReadLease is how long a first-read claim holds: a run cut short
+	// by a crash keeps its viewer waiting this long before the restarted
+	// daemon (whose claims carry a new owner) may take it over.
+	FirstReadLease time.Duration `yaml:"first_read_lease"`
 	// Depth is how many of an account's newest records per target
 	// collection are fetched.
 	Depth int `yaml:"depth"`
@@ -48,7 +52,7 @@ func defaultIdentityConfig() IdentityConfig {
 
 func defaultBackfillConfig() BackfillConfig {
 	return BackfillConfig{
-		FirstReadWait: 3 * time.Second, Depth: 50, MaxFollows: 10_000,
+		FirstReadWait: 3 * time.Second, FirstReadLease: 2 * time.Minute, Depth: 50, MaxFollows: 10_000,
 		Concurrency: 16, PerHost: 4, RequestTimeout: 10 * time.Second, MaxAttempts: 6,
 		ViewerTTL: 30 * 24 * time.Hour,
 	}
@@ -70,11 +74,12 @@ func (c Config) validateBackfill(fail func(field, format string, args ...any)) {
 	checkHTTPURL("identity.plc_url", c.Identity.PLCURL, true)
 	checkHTTPURL("identity.handle_resolver_url", c.Identity.HandleResolverURL, false)
 	positive := map[string]time.Duration{
-		"identity.cache_ttl":       c.Identity.CacheTTL,
-		"identity.error_ttl":       c.Identity.ErrorTTL,
-		"backfill.first_read_wait": c.Backfill.FirstReadWait,
-		"backfill.request_timeout": c.Backfill.RequestTimeout,
-		"backfill.viewer_ttl":      c.Backfill.ViewerTTL,
+		"identity.cache_ttl":        c.Identity.CacheTTL,
+		"identity.error_ttl":        c.Identity.ErrorTTL,
+		"backfill.first_read_wait":  c.Backfill.FirstReadWait,
+		"backfill.first_read_lease": c.Backfill.FirstReadLease,
+		"backfill.request_timeout":  c.Backfill.RequestTimeout,
+		"backfill.viewer_ttl":       c.Backfill.ViewerTTL,
 	}
 	for field, d := range positive {
 		if d <= 0 {

@@ -288,6 +288,7 @@ func TestValidate(t *testing.T) {
 		{"zero batch size", func(c *Config) { c.Ingest.BatchSize = 0 }, "ingest.batch_size: must be between 1 and 100000"},
 		{"huge batch size", func(c *Config) { c.Ingest.BatchSize = 100001 }, "ingest.batch_size: must be between 1 and 100000"},
 		{"zero batch interval", func(c *Config) { c.Ingest.BatchInterval = 0 }, "ingest.batch_interval: must be positive"},
+		{"zero first-read lease", func(c *Config) { c.Backfill.FirstReadLease = 0 }, "backfill.first_read_lease: must be positive"},
 		{"empty listen", func(c *Config) { c.HTTP.Listen = "" }, "http.listen: must not be empty"},
 		{"listen without port", func(c *Config) { c.HTTP.Listen = "8080" }, "http.listen: must be host:port"},
 		{"empty namespace", func(c *Config) { c.XRPC.Namespace = "" }, "xrpc.namespace: must be an NSID prefix"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,6 +115,56 @@ func TestInterruptedListingResumesFromItsPageCursor(t *testing.T) {
 	stored, _ = w.store.Followees(context.Background(), viewer, followNSID)
 	if len(stored) != 350 {
 		t.Errorf("%d follows stored, want 350", len(stored))
+	}
+}
+
+// TestResumedListingStopsAtItsLimit interrupts a listing bounded by the
+// depth (150: pages of 100 and 50) after its first page and resumes it:
+// the resumed run asks for the 50 its limit has left, not another 100,
+// and stores exactly the newest 150 records. A crash test found the
+// resumed run storing 200 and the feed built from them.
+func TestResumedListingStopsAtItsLimit(t *testing.T) {
+	w := newWorld(t, Config{Depth: 150})
+	viewer, author := w.account("viewer"), w.account("author")
+	w.follow(viewer, author, 1)
+	for i := range 300 {
+		w.post(author, 10+i)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var limits []string
+	w.gate.Store(func(r *http.Request) {
+		if r.URL.Query().Get("repo") != string(author) {
+			return
+		}
+		mu.Lock()
+		limits = append(limits, r.URL.Query().Get("limit"))
+		n := len(limits)
+		mu.Unlock()
+		if n == 2 {
+			cancel() // the daemon dies while page 2 is in flight
+			<-r.Context().Done()
+		}
+	})
+	if err := w.svc.ensureListing(ctx, author, postNSID, 150, "targets"); err == nil {
+		t.Fatal("cancelled listing reported success")
+	}
+	// The viewer's first read resumes the author's listing.
+	if err := w.svc.Ensure(context.Background(), viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := w.store.ReadListing(context.Background(), author, postNSID)
+	if !st.Complete || st.Fetched != 150 {
+		t.Fatalf("resumed listing = %+v, want complete with 150 fetched", st)
+	}
+	mu.Lock()
+	got := fmt.Sprint(limits)
+	mu.Unlock()
+	if want := fmt.Sprint([]string{"100", "50", "50"}); got != want {
+		t.Errorf("page limits asked %s, want %s", got, want)
+	}
+	if n := len(w.page(t, viewer, 200)); n != 150 {
+		t.Errorf("feed holds %d posts, want the author's newest 150", n)
 	}
 }
 

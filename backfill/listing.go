@@ -63,8 +63,9 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		st = feeds.Listing{Host: host, Round: st.Round + 1, Attempts: st.Attempts}
 	}
 	restarted := false
-	limit := min(pds.MaxLimit, max(1, maxRecords))
 	for {
+		// A resumed listing asks only for what its limit has left.
+		limit := pageLimit(maxRecords, st.Fetched)
 		page, err := s.fetchPage(ctx, host, account, coll, limit, st.Cursor)
 		if err != nil {
 			if pds.KindOf(err) == pds.KindBadCursor && st.Cursor != "" && !restarted {
@@ -119,10 +120,17 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		if done {
 			return nil
 		}
-		if maxRecords > 0 {
-			limit = min(pds.MaxLimit, maxRecords-next.Fetched)
-		}
 	}
+}
+
+// pageLimit is the size of the next page of a listing bounded by
+// maxRecords (0: unbounded) that has fetched records so far, stored
+// pages of an interrupted run included.
+func pageLimit(maxRecords, fetched int) int {
+	if maxRecords <= 0 {
+		return pds.MaxLimit
+	}
+	return min(pds.MaxLimit, max(1, maxRecords-fetched))
 }
 
 // fetchPage asks the PDS for one page within the global and per-host

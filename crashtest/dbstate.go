@@ -138,40 +138,48 @@ func ReadState(ctx context.Context, path string, accounts map[string]int32) (*DB
 	if err != nil {
 		return nil, fmt.Errorf("read records: %w", err)
 	}
-	err = each(ctx, tx, `SELECT v.did, a.did, r.rkey, fi.sort_us FROM feed_items fi
-		JOIN actors v ON v.id = fi.viewer_id
-		LEFT JOIN records r ON r.id = fi.record_id
-		LEFT JOIN actors a ON a.id = r.actor_id`,
-		func(r *sql.Rows) error {
-			var v string
-			var a, rkey sql.NullString
-			var row feedRow
-			if err := r.Scan(&v, &a, &rkey, &row.sortUS); err != nil {
-				return err
-			}
-			vi, err := did(v)
-			if err != nil {
-				return err
-			}
-			if !a.Valid {
-				st.Orphans++
-				return nil
-			}
-			if row.author, err = did(a.String); err != nil {
-				return err
-			}
-			row.rkey = rkey.String
-			st.Feeds[vi] = append(st.Feeds[vi], row)
+	err = eachFeedRow(ctx, tx, func(v, a, rkey string, sortUS int64, orphan bool) error {
+		vi, err := did(v)
+		if err != nil {
+			return err
+		}
+		if orphan {
+			st.Orphans++
 			return nil
-		})
+		}
+		row := feedRow{rkey: rkey, sortUS: sortUS}
+		if row.author, err = did(a); err != nil {
+			return err
+		}
+		st.Feeds[vi] = append(st.Feeds[vi], row)
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read feed items: %w", err)
 	}
 	return st, nil
 }
 
-func each(ctx context.Context, tx *sql.Tx, query string, fn func(*sql.Rows) error) error {
-	rows, err := tx.QueryContext(ctx, query)
+// eachFeedRow calls fn for every feed row: its viewer, and the author and
+// record key of its record, or orphan when the record is gone.
+func eachFeedRow(ctx context.Context, tx *sql.Tx, fn func(viewer, author, rkey string, sortUS int64, orphan bool) error) error {
+	return each(ctx, tx, `SELECT v.did, a.did, r.rkey, fi.sort_us FROM feed_items fi
+		JOIN actors v ON v.id = fi.viewer_id
+		LEFT JOIN records r ON r.id = fi.record_id
+		LEFT JOIN actors a ON a.id = r.actor_id`,
+		func(r *sql.Rows) error {
+			var v string
+			var a, rkey sql.NullString
+			var sortUS int64
+			if err := r.Scan(&v, &a, &rkey, &sortUS); err != nil {
+				return err
+			}
+			return fn(v, a.String, rkey.String, sortUS, !a.Valid)
+		})
+}
+
+func each(ctx context.Context, tx *sql.Tx, query string, fn func(*sql.Rows) error, args ...any) error {
+	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		if strings.Contains(err.Error(), "no such table") {
 			return nil // killed before the schema existed

@@ -9,30 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/atfeeds/appview/failpoint"
 	"github.com/atfeeds/appview/jetstream/jetstreamtest"
 )
-
-// Stop is how one run of the daemon ends.
-type Stop string
-
-const (
-	// StopKill: SIGKILL at a random moment of the run.
-	StopKill Stop = "random SIGKILL"
-	// StopTerm: SIGTERM at a random moment; the daemon must commit what
-	// it holds and exit 0.
-	StopTerm Stop = "SIGTERM"
-)
-
-// StopAt returns the Stop that arms failpoint name: the daemon kills
-// itself there.
-func StopAt(name string) Stop { return Stop("failpoint " + name) }
-
-func (s Stop) failpoint() (string, bool) { return strings.CutPrefix(string(s), "failpoint ") }
 
 // Harness runs the daemon against a fake Jetstream over one database,
 // stopping and restarting it, and checks the database after every stop.
@@ -60,10 +41,7 @@ type Harness struct {
 	Landed  map[Stop]int
 	Cursors []int64 // the stored cursor after every stop
 
-	pollMu   sync.Mutex
-	pollMax  int64
-	pollBack []string
-	pollN    int
+	poll cursorPoller
 }
 
 // NewHarness prepares a harness in dir; call Close when done.
@@ -86,54 +64,35 @@ func (h *Harness) Close() { h.Server.Close() }
 // Poll reads the stored cursor every interval until ctx ends, whether the
 // daemon runs or not, and records any read lower than one before it.
 func (h *Harness) Poll(ctx context.Context, interval time.Duration) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(interval):
-		}
+	var highest int64
+	h.poll.run(ctx, interval, func() ([]string, error) {
 		c, err := ReadCursor(ctx, h.DBPath)
 		if err != nil {
-			continue // a read racing a start or a kill; the next one counts
+			return nil, err
 		}
-		h.pollMu.Lock()
-		h.pollN++
-		if c < h.pollMax {
-			h.pollBack = append(h.pollBack, fmt.Sprintf("%d after %d", c, h.pollMax))
+		var back []string
+		if c < highest {
+			back = append(back, fmt.Sprintf("%d after %d", c, highest))
 		}
-		h.pollMax = max(h.pollMax, c)
-		h.pollMu.Unlock()
-	}
+		highest = max(highest, c)
+		return back, nil
+	})
 }
 
 // Polled returns how many cursor reads Poll made and the ones that went
 // back.
-func (h *Harness) Polled() (int, []string) {
-	h.pollMu.Lock()
-	defer h.pollMu.Unlock()
-	return h.pollN, append([]string(nil), h.pollBack...)
-}
+func (h *Harness) Polled() (int, []string) { return h.poll.polled() }
 
 // start runs the daemon once; extra is added to the environment.
 func (h *Harness) start(extra ...string) (*Process, error) {
-	addr, err := FreeAddr()
-	if err != nil {
-		return nil, err
-	}
 	env := append([]string{
 		"APPVIEW_DATABASE_PATH=" + h.DBPath,
 		"APPVIEW_JETSTREAM_URLS=" + h.Server.URL(),
-		"APPVIEW_HTTP_LISTEN=" + addr,
 		"APPVIEW_INGEST_INDEX_ALL=true",
 	}, h.Env...)
 	env = append(env, extra...)
 	h.runs++
-	p, err := Start(h.Bin, []string{"serve", "--config", h.cfgPath}, env, filepath.Join(h.Dir, fmt.Sprintf("run-%03d.log", h.runs)))
-	if err != nil {
-		return nil, err
-	}
-	p.Base = "http://" + addr
-	return p, nil
+	return StartServe(h.Bin, h.cfgPath, filepath.Join(h.Dir, fmt.Sprintf("run-%03d.log", h.runs)), env)
 }
 
 // appendUpTo appends log frames up to index n (exclusive).
@@ -189,12 +148,12 @@ func (h *Harness) First(ctx context.Context) error {
 // appends frames up to index upTo over Pace, stops the daemon as stop
 // says and checks the database.
 func (h *Harness) Run(ctx context.Context, stop Stop, upTo int) error {
-	var extra []string
-	if name, ok := stop.failpoint(); ok {
+	var arm []string
+	if _, ok := stop.failpoint(); ok {
 		// The daemon kills itself the n-th time it passes there.
-		extra = append(extra, fmt.Sprintf("%s=%s:%d", failpoint.EnvVar, name, 1+h.rng.IntN(6)))
+		arm = stop.Env(1 + h.rng.IntN(6))
 	}
-	p, err := h.start(extra...)
+	p, err := h.start(arm...)
 	if err != nil {
 		return err
 	}
@@ -207,41 +166,7 @@ func (h *Harness) Run(ctx context.Context, stop Stop, upTo int) error {
 }
 
 func (h *Harness) stop(ctx context.Context, p *Process, stop Stop, paced <-chan struct{}) error {
-	after := time.Duration(h.rng.Int64N(int64(h.MaxStopAfter)))
-	var exit Exit
-	var err error
-	landed := stop
-	switch stop {
-	case StopKill:
-		select {
-		case <-time.After(after):
-		case <-p.Done():
-		}
-		p.Signal(syscall.SIGKILL)
-		exit, err = p.Wait(10 * time.Second)
-		if err == nil && exit.Signal != syscall.SIGKILL {
-			err = fmt.Errorf("the daemon ended by itself before the kill: %s", exit)
-		}
-	case StopTerm:
-		select {
-		case <-time.After(after):
-		case <-p.Done():
-		}
-		p.Signal(syscall.SIGTERM)
-		exit, err = p.Wait(30 * time.Second)
-		if err == nil && (exit.Code != 0 || !strings.Contains(p.Log(), "appview stopped cleanly")) {
-			err = fmt.Errorf("SIGTERM: %s, want a clean exit 0", exit)
-		}
-	default:
-		name, _ := stop.failpoint()
-		exit, err = p.Wait(20 * time.Second)
-		switch {
-		case err != nil:
-			landed, err = "failpoint missed", nil // Wait killed it
-		case exit.Signal != syscall.SIGKILL || p.FailpointHit() != name:
-			err = fmt.Errorf("armed %s: %s, announced %q", name, exit, p.FailpointHit())
-		}
-	}
+	landed, exit, err := EndRun(p, stop, time.Duration(h.rng.Int64N(int64(h.MaxStopAfter))), nil)
 	if paced != nil {
 		<-paced
 	}

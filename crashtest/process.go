@@ -46,6 +46,23 @@ func FreeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
+// StartServe runs "bin serve --config cfgPath" with env on top of this
+// process's environment (see Start), listening on a free loopback port
+// whose base URL it sets in Base.
+func StartServe(bin, cfgPath, logPath string, env []string) (*Process, error) {
+	addr, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	env = append(append([]string(nil), env...), "APPVIEW_HTTP_LISTEN="+addr)
+	p, err := Start(bin, []string{"serve", "--config", cfgPath}, env, logPath)
+	if err != nil {
+		return nil, err
+	}
+	p.Base = "http://" + addr
+	return p, nil
+}
+
 // Process is one run of the daemon.
 type Process struct {
 	cmd     *exec.Cmd
