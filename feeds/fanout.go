@@ -20,7 +20,10 @@ import (
 // Deferring changes nothing a transaction can observe from outside, and
 // inside it the order of events still decides the outcome:
 //   - a record created and deleted in the same transaction is not fanned
-//     out (the join with records finds it gone);
+//     out: the join with records finds it gone, or finds another record
+//     under its reused rowid, which the join on author, collection and
+//     sort key tells apart (the crash test caught a deleted post's
+//     followers receiving the next post stored under its id);
 //   - a follow or unfollow later in the transaction is seen by the
 //     fan-out, which is the same end state as fanning out first and then
 //     merging (INSERT OR IGNORE) or unmerging the followee's records.
@@ -31,11 +34,14 @@ var fanoutSQL = struct {
 	createPending, queue, apply, grown, clear string
 }{
 	createPending: `CREATE TEMP TABLE IF NOT EXISTS pending_fanout (
+		record_id     INTEGER PRIMARY KEY,
 		author_id     INTEGER NOT NULL,
 		collection_id INTEGER NOT NULL,
-		sort_us       INTEGER NOT NULL,
-		record_id     INTEGER NOT NULL)`,
-	queue: `INSERT INTO temp.pending_fanout (author_id, collection_id, sort_us, record_id) VALUES (?, ?, ?, ?)`,
+		sort_us       INTEGER NOT NULL)`,
+	// queue replaces a pending row of the same record id: records.id is a
+	// rowid, and one deleted in this transaction can be handed out again
+	// to the next record inserted.
+	queue: `INSERT OR REPLACE INTO temp.pending_fanout (author_id, collection_id, sort_us, record_id) VALUES (?, ?, ?, ?)`,
 	// apply is the one statement that turns target writes into feed rows:
 	// every lane carrying the collection, joined with every follower of the
 	// author through follows_by_subject, written in primary-key order. Who
@@ -46,7 +52,8 @@ var fanoutSQL = struct {
 	apply: `INSERT OR IGNORE INTO feed_items (viewer_id, target_id, sort_us, record_id)
 		SELECT f.actor_id, t.id, p.sort_us, p.record_id
 		FROM temp.pending_fanout p
-		CROSS JOIN records r ON r.id = p.record_id
+		CROSS JOIN records r ON r.id = p.record_id AND r.actor_id = p.author_id
+			AND r.collection_id = p.collection_id AND r.sort_us = p.sort_us
 		CROSS JOIN feed_targets t ON t.collection_id = p.collection_id AND t.enabled = 1
 		CROSS JOIN follows f ON f.subject_id = p.author_id AND f.collection_id = t.follow_collection_id
 		WHERE f.actor_id <> p.author_id`, // + audienceFilter(indexAll) + fanoutOrder
