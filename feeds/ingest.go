@@ -94,6 +94,7 @@ func (w *txWriter) commit() error {
 		return err
 	}
 	w.s.rememberActors(w.newActors)
+	w.s.viewers.apply(w.viewerChanges)
 	return nil
 }
 
@@ -110,6 +111,8 @@ type txWriter struct {
 	adopted    *StreamCursor
 	adoptedGen int64
 	grown      grownBatch // feeds this transaction grew, queued for the sweep
+	// viewerChanges reach the in-memory viewer set once committed.
+	viewerChanges []viewerChange
 }
 
 // stmt binds a prepared statement to the batch transaction once.

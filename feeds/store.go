@@ -85,6 +85,8 @@ type Store struct {
 	scope      string       // wanted collections the cursor is taken under (CheckScope)
 
 	sweep sweeper // prune sweep state, guarded by writeMu (sweep.go)
+
+	viewers *viewerSet // registered viewers, in memory (viewer_set.go)
 }
 
 // lane is one (feed, target collection) pair: the unit that holds items and
@@ -146,6 +148,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		actorIDs:      map[syntax.DID]int64{},
 		indexAll:      opts.IndexAll,
 		sweep:         sweeper{opts: opts.Sweep.withDefaults()},
+		viewers:       newViewerSet(),
 	}
 	if err := s.init(ctx, opts); err != nil {
 		writer.Close()
@@ -194,6 +197,9 @@ func (s *Store) init(ctx context.Context, opts Options) error {
 	}
 	if err := s.syncLanes(ctx, opts.Feeds); err != nil {
 		return fmt.Errorf("sync feeds: %w", err)
+	}
+	if err := s.loadViewers(ctx); err != nil {
+		return err
 	}
 	cur, gen, err := s.loadCursor(ctx)
 	if err != nil {
