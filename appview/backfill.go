@@ -51,6 +51,7 @@ func buildBackfill(cfg Config, store *feeds.Store, reg prometheus.Registerer, lo
 		PerHost:       cfg.Backfill.PerHost,
 		MaxAttempts:   cfg.Backfill.MaxAttempts,
 		ViewerTTL:     cfg.Backfill.ViewerTTL,
+		Admission:     cfg.Backfill.Admission.backfillAdmission(),
 	}, store, dir, client, fs, log, backfill.NewMetrics(reg))
 	return dir, svc
 }
