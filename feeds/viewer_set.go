@@ -18,9 +18,9 @@ import (
 // It is filled from the viewers table when the store opens and kept in
 // step by the only two writes that add or remove viewers (RegisterViewer,
 // RetireViewers) as they commit, under the write lock, so the set and the
-// table change in the same order. Another process
-// writing the same file is not seen; the daemon is the file's only
-// writer.
+// table change in the same order. Only the daemon registers and retires
+// viewers; operator commands that open the file beside it do not, so no
+// change goes unseen.
 //
 // Entries are 64-bit hashes under a per-process seed (about 16 bytes a
 // viewer, where the DID alone would take 32): a collision, which an

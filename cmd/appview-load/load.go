@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -28,6 +27,7 @@ func (w *world) measure(ctx context.Context) (*report, error) {
 		return nil, err
 	}
 	rep := &report{}
+	burst := newBurst(w)
 	feedCtx, stopFeed := context.WithCancel(ctx)
 	var feeder sync.WaitGroup
 	feeder.Add(1)
@@ -38,7 +38,6 @@ func (w *world) measure(ctx context.Context) (*report, error) {
 	}()
 
 	var unloaded, loaded samples
-	burst := newBurst(w)
 	err = func() error {
 		for range w.o.rounds {
 			s, err := w.phase(ctx, nil)
@@ -210,7 +209,7 @@ func (w *world) phase(reqCtx context.Context, b *burst) (samples, error) {
 type burst struct {
 	w       *world
 	clients []*http.Client
-	next    atomic.Int64
+	actors  *newcomers
 
 	mu           sync.Mutex
 	statuses     map[int]int
@@ -221,7 +220,9 @@ type burst struct {
 }
 
 func newBurst(w *world) *burst {
-	b := &burst{w: w, statuses: map[int]int{}}
+	// Enough for every client's bucket and every request in flight; more
+	// are made as needed.
+	b := &burst{w: w, statuses: map[int]int{}, actors: newNewcomers(w, w.o.clients*(w.o.burstConc+16))}
 	for i := range w.o.clients {
 		b.clients = append(b.clients, newClient(net.IPv4(127, 0, 0, byte(10+i)), w.o.burstConc))
 	}
@@ -255,9 +256,11 @@ func (b *burst) run(ctx, reqCtx context.Context, client int) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			actor := syntax.DID(fmt.Sprintf("did:plc:newcomer%07d", b.next.Add(1)))
-			b.w.addActor(actor)
+			actor := b.actors.get()
 			a, err := getFeed(reqCtx, c, b.w.base, actor)
+			if err == nil && (a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable) {
+				b.actors.put(actor)
+			}
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			if err != nil {

@@ -28,6 +28,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -49,6 +50,9 @@ type options struct {
 	verbose   bool          // daemon logs to stderr
 	profile   string        // CPU profile of the loaded phases, when set
 	seed      uint64
+	// maxRunning and maxQueued override backfill.admission when set.
+	maxRunning int
+	maxQueued  *int
 	// firstReadWait overrides backfill.first_read_wait when set (the
 	// functional test shortens it; the command runs the default).
 	firstReadWait time.Duration
@@ -72,6 +76,12 @@ func main() {
 	flag.BoolVar(&o.verbose, "v", false, "daemon logs (warnings and up) to stderr")
 	flag.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the loaded phases to this file")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the follow graph")
+	flag.IntVar(&o.maxRunning, "max-running", 0, "backfill.admission.max_running (default: the daemon's)")
+	flag.Func("max-queued", "backfill.admission.max_queued (default: the daemon's)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		o.maxQueued = &n
+		return err
+	})
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -91,6 +91,12 @@ func newWorld(ctx context.Context, o options) (_ *world, err error) {
 	cfg.Identity.HandleResolverURL = w.plc.URL()
 	cfg.Identity.AllowPrivateNetworks = true // the fakes are on loopback
 	cfg.Ingest.IndexAll = false
+	if o.maxRunning > 0 {
+		cfg.Backfill.Admission.MaxRunning = o.maxRunning
+	}
+	if o.maxQueued != nil {
+		cfg.Backfill.Admission.MaxQueued = *o.maxQueued
+	}
 	if o.firstReadWait > 0 {
 		cfg.Backfill.FirstReadWait = o.firstReadWait
 	}
