@@ -66,14 +66,14 @@ func (w *world) measure(ctx context.Context) (*report, error) {
 
 	// Once the feed stops, everything sent is applied within moments.
 	start := time.Now()
-	for w.daemon.Store().Cursor().TimeUS < rep.lastTimeUS {
+	for w.daemon.cursorUS() < rep.lastTimeUS {
 		if time.Since(start) > 30*time.Second {
 			return nil, fmt.Errorf("ingest did not catch up within 30s of the end of the feed")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	rep.catchUp = time.Since(start)
-	rep.peakRSS = peakRSS()
+	rep.peakRSS, rep.daemonRSS = peakRSSOf("self"), w.daemon.peakRSS()
 	return rep, nil
 }
 
@@ -158,9 +158,9 @@ func (w *world) phase(reqCtx context.Context, b *burst) (samples, error) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if c := w.daemon.Store().Cursor(); c.TimeUS > 0 {
+				if c := w.daemon.cursorUS(); c > 0 {
 					mu.Lock()
-					s.lags = append(s.lags, time.Since(time.UnixMicro(c.TimeUS)))
+					s.lags = append(s.lags, time.Since(time.UnixMicro(c)))
 					mu.Unlock()
 				}
 			}

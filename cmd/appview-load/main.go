@@ -48,6 +48,7 @@ type options struct {
 	burstConc int           // requests in flight per burst client
 	dir       string        // where the database goes (default a temporary directory)
 	verbose   bool          // daemon logs to stderr
+	separate  bool          // the daemon in a child process
 	profile   string        // CPU profile of the loaded phases, when set
 	seed      uint64
 	// maxRunning and maxQueued override backfill.admission when set.
@@ -74,6 +75,8 @@ func main() {
 	flag.IntVar(&o.burstConc, "burst-concurrency", 32, "requests in flight per burst client")
 	flag.StringVar(&o.dir, "dir", "", "directory for the database (default: a temporary directory, removed)")
 	flag.BoolVar(&o.verbose, "v", false, "daemon logs (warnings and up) to stderr")
+	flag.BoolVar(&o.separate, "separate", true, "run the daemon in a child process, apart from the fakes and the load generator")
+	daemonConfig := flag.String("daemon-config", "", "internal: run only the daemon on this config file (the child of -separate)")
 	flag.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the loaded phases to this file")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the follow graph")
 	flag.IntVar(&o.maxRunning, "max-running", 0, "backfill.admission.max_running (default: the daemon's)")
@@ -86,6 +89,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *daemonConfig != "" {
+		if err := serveDaemon(ctx, *daemonConfig, o.verbose, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "appview-load daemon:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if _, err := run(ctx, o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "appview-load:", err)
 		os.Exit(1)

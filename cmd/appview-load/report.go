@@ -53,7 +53,8 @@ type report struct {
 	lastTimeUS       int64
 	feedSeconds      float64
 	catchUp          time.Duration
-	peakRSS          int64 // bytes; 0 when unknown
+	peakRSS          int64 // this process, bytes; 0 when unknown
+	daemonRSS        int64 // the daemon process, when separate
 }
 
 // p99Ratio is the loaded p99 over the unloaded one.
@@ -86,9 +87,12 @@ func (r *report) print(out io.Writer, o options) {
 		b.other(), b.errors, b.noRetryAfter, o.burstConc, b.dropped, ms(b.p50), ms(b.p99))
 	fmt.Fprintf(out, "ingest: %d events in %.0fs (%.0f/s); caught up %s after the feed stopped\n",
 		r.events, r.feedSeconds, float64(r.events)/r.feedSeconds, ms(r.catchUp))
-	if r.peakRSS > 0 {
+	switch {
+	case r.daemonRSS > 0:
+		fmt.Fprintf(out, "peak RSS: daemon process %.0f MiB; fakes and load generator %.0f MiB\n", float64(r.daemonRSS)/(1<<20), float64(r.peakRSS)/(1<<20))
+	case r.peakRSS > 0:
 		fmt.Fprintf(out, "peak RSS: %.0f MiB (daemon, fakes and load generator in one process)\n", float64(r.peakRSS)/(1<<20))
-	} else {
+	default:
 		fmt.Fprintln(out, "peak RSS: unknown (no /proc/self/status)")
 	}
 }
@@ -104,10 +108,10 @@ func percentiles(ds []time.Duration) (p50, p99, maxD time.Duration) {
 	return at(0.50), at(0.99), s[len(s)-1]
 }
 
-// peakRSS is the process's high-water resident set (VmHWM), 0 when the
-// system does not say.
-func peakRSS() int64 {
-	f, err := os.Open("/proc/self/status")
+// peakRSSOf is a process's high-water resident set (VmHWM), by pid or
+// "self"; 0 when the system does not say.
+func peakRSSOf(pid string) int64 {
+	f, err := os.Open("/proc/" + pid + "/status")
 	if err != nil {
 		return 0
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -33,12 +32,9 @@ type world struct {
 	plc    *plctest.Server
 	pds    *pdstest.Server
 	js     *jetstreamtest.Server
-	daemon *appview.Daemon
+	daemon daemon
 	base   string // the daemon's base URL
 	tmp    string // removed at close, when we made it
-
-	stop    context.CancelFunc
-	stopped chan error
 
 	mu  sync.Mutex
 	rng *rand.Rand // the follow graph
@@ -100,22 +96,15 @@ func newWorld(ctx context.Context, o options) (_ *world, err error) {
 	if o.firstReadWait > 0 {
 		cfg.Backfill.FirstReadWait = o.firstReadWait
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if o.separate {
+		w.daemon, err = startChild(ctx, cfg, dir, o.verbose)
+	} else {
+		w.daemon, err = startInProcess(ctx, cfg, daemonLogger(o.verbose))
+	}
 	if err != nil {
 		return nil, err
 	}
-	logger := slog.New(slog.DiscardHandler)
-	if o.verbose {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	if w.daemon, err = appview.Build(ctx, cfg, appview.Options{Listener: l, Logger: logger}); err != nil {
-		l.Close()
-		return nil, err
-	}
-	w.base = "http://" + l.Addr().String()
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w.stop, w.stopped = cancel, make(chan error, 1)
-	go func() { w.stopped <- w.daemon.Run(runCtx) }()
+	w.base = w.daemon.baseURL()
 	if !w.js.WaitConnections(1, 10*time.Second) {
 		return nil, errors.New("the daemon did not subscribe to the fake Jetstream within 10s")
 	}
@@ -180,14 +169,8 @@ func (w *world) warmUp(ctx context.Context) error {
 }
 
 func (w *world) close() {
-	if w.stop != nil {
-		w.stop()
-		if err := <-w.stopped; err != nil {
-			fmt.Fprintln(os.Stderr, "appview-load: daemon:", err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		w.daemon.Close(ctx)
-		cancel()
+	if w.daemon != nil {
+		w.daemon.close()
 	}
 	w.js.Close()
 	w.pds.Close()
