@@ -29,6 +29,9 @@ type daemon interface {
 	// peakRSS is the daemon's high-water resident set; 0 in-process,
 	// where only the whole process's is known.
 	peakRSS() int64
+	// cpuTime is the CPU time used so far by the daemon's process (in
+	// process: by the whole process).
+	cpuTime() time.Duration
 	close()
 }
 
@@ -60,6 +63,8 @@ func startInProcess(ctx context.Context, cfg appview.Config, logger *slog.Logger
 func (p *inProcess) baseURL() string { return p.base }
 func (p *inProcess) cursorUS() int64 { return p.d.Store().Cursor().TimeUS }
 func (p *inProcess) peakRSS() int64  { return 0 }
+
+func (p *inProcess) cpuTime() time.Duration { return cpuTimeOf("self") }
 
 func (p *inProcess) close() {
 	p.stop()
@@ -137,6 +142,8 @@ func startChild(ctx context.Context, cfg appview.Config, dir string, verbose boo
 func (c *child) baseURL() string { return c.base }
 func (c *child) cursorUS() int64 { return c.cursor.Load() }
 func (c *child) peakRSS() int64  { return peakRSSOf(strconv.Itoa(c.cmd.Process.Pid)) }
+
+func (c *child) cpuTime() time.Duration { return cpuTimeOf(strconv.Itoa(c.cmd.Process.Pid)) }
 
 func (c *child) close() {
 	c.cmd.Process.Signal(os.Interrupt)

@@ -26,7 +26,10 @@ func (w *world) measure(ctx context.Context) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &report{}
+	rep := &report{cpuOf: "daemon"}
+	if !w.o.separate {
+		rep.cpuOf = "process"
+	}
 	burst := newBurst(w)
 	feedCtx, stopFeed := context.WithCancel(ctx)
 	var feeder sync.WaitGroup
@@ -110,17 +113,24 @@ func (w *world) feed(ctx context.Context) (events int, lastTimeUS int64) {
 type samples struct {
 	reads, failed int
 	took, lags    []time.Duration
+	// cpu is the daemon process's CPU time over wall time.
+	cpu, wall time.Duration
 }
 
 func (s *samples) add(o samples) {
 	s.reads += o.reads
 	s.failed += o.failed
+	s.cpu += o.cpu
+	s.wall += o.wall
 	s.took = append(s.took, o.took...)
 	s.lags = append(s.lags, o.lags...)
 }
 
 func (s *samples) stats() phaseStats {
 	st := phaseStats{reads: s.reads, failed: s.failed}
+	if s.wall > 0 {
+		st.cores = s.cpu.Seconds() / s.wall.Seconds()
+	}
 	st.p50, st.p99, st.max = percentiles(s.took)
 	st.lagP50, _, st.lagMax = percentiles(s.lags)
 	return st
@@ -139,6 +149,7 @@ func (w *world) phase(reqCtx context.Context, b *burst) (samples, error) {
 		mu sync.Mutex
 		s  samples
 	)
+	cpu0, wall0 := w.daemon.cpuTime(), time.Now()
 	if b != nil {
 		for i := range w.o.clients {
 			wg.Add(1)
@@ -197,6 +208,7 @@ func (w *world) phase(reqCtx context.Context, b *burst) (samples, error) {
 		}()
 	}
 	wg.Wait()
+	s.cpu, s.wall = w.daemon.cpuTime()-cpu0, time.Since(wall0)
 	if s.reads == 0 {
 		return s, fmt.Errorf("no reads in a phase of %s", w.o.phase)
 	}
