@@ -57,6 +57,7 @@ func buildBackfill(cfg Config, store *feeds.Store, reg prometheus.Registerer, lo
 		PerHost:       cfg.Backfill.PerHost,
 		MaxAttempts:   cfg.Backfill.MaxAttempts,
 		ViewerTTL:     cfg.Backfill.ViewerTTL,
+		Admission:     cfg.Backfill.Admission.backfillAdmission(),
 	}, store, dir, client, fs, log, metrics)
 	return dir, svc
 }

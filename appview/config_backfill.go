@@ -3,6 +3,8 @@ package appview
 import (
 	"net/url"
 	"time"
+
+	"github.com/atfeeds/appview/backfill"
 )
 
 // IdentityConfig says how DIDs and handles are resolved.
@@ -44,6 +46,30 @@ type BackfillConfig struct {
 	// ViewerTTL retires a viewer who has not read for this long: its feed
 	// rows go and its next read is a first read again.
 	ViewerTTL time.Duration `yaml:"viewer_ttl"`
+	// Admission bounds the first reads that outsiders can start.
+	Admission AdmissionConfig `yaml:"admission"`
+}
+
+// AdmissionConfig bounds first reads, the expensive thing an outsider can
+// trigger (each reaches out to PDSes). A request for an actor that is not
+// a viewer yet first takes a token from its client's bucket (429 when
+// empty), then a place among the running and queued first reads (503
+// when full); existing viewers never pass through either.
+type AdmissionConfig struct {
+	// MaxRunning first reads run at once. Each lists PDSes and writes, so
+	// on a small machine this is also the CPU share new viewers get at the
+	// expense of existing ones.
+	MaxRunning int `yaml:"max_running"`
+	// MaxQueued more may wait for a running slot; 0 means none wait.
+	MaxQueued int `yaml:"max_queued"`
+	// ClientInterval is the steady pace of new viewers one client (remote
+	// address) may ask for: one per interval, ClientBurst at once.
+	ClientInterval time.Duration `yaml:"client_interval"`
+	ClientBurst    int           `yaml:"client_burst"`
+	// MaxClients bounds the client buckets kept in memory.
+	MaxClients int `yaml:"max_clients"`
+	// RetryAfter is sent with a 503 when the queue is full.
+	RetryAfter time.Duration `yaml:"retry_after"`
 }
 
 func defaultIdentityConfig() IdentityConfig {
@@ -55,6 +81,28 @@ func defaultBackfillConfig() BackfillConfig {
 		FirstReadWait: 3 * time.Second, FirstReadLease: 2 * time.Minute, Depth: 50, MaxFollows: 10_000,
 		Concurrency: 16, PerHost: 4, RequestTimeout: 10 * time.Second, MaxAttempts: 6,
 		ViewerTTL: 30 * 24 * time.Hour,
+		Admission: AdmissionConfig{
+			MaxRunning: backfill.DefaultMaxRunning, MaxQueued: 64,
+			ClientInterval: 2 * time.Second, ClientBurst: 10, MaxClients: 10_000,
+			RetryAfter: 5 * time.Second,
+		},
+	}
+}
+
+// backfillAdmission translates the admission settings for package
+// backfill, where zero values mean defaults and no queue is negative.
+func (a AdmissionConfig) backfillAdmission() backfill.AdmissionConfig {
+	queued := a.MaxQueued
+	if queued == 0 {
+		queued = -1
+	}
+	return backfill.AdmissionConfig{
+		PerClientRate:        1 / a.ClientInterval.Seconds(),
+		PerClientBurst:       a.ClientBurst,
+		MaxRunning:           a.MaxRunning,
+		MaxQueued:            queued,
+		MaxClients:           a.MaxClients,
+		OverloadedRetryAfter: a.RetryAfter,
 	}
 }
 
@@ -74,12 +122,14 @@ func (c Config) validateBackfill(fail func(field, format string, args ...any)) {
 	checkHTTPURL("identity.plc_url", c.Identity.PLCURL, true)
 	checkHTTPURL("identity.handle_resolver_url", c.Identity.HandleResolverURL, false)
 	positive := map[string]time.Duration{
-		"identity.cache_ttl":        c.Identity.CacheTTL,
-		"identity.error_ttl":        c.Identity.ErrorTTL,
-		"backfill.first_read_wait":  c.Backfill.FirstReadWait,
-		"backfill.first_read_lease": c.Backfill.FirstReadLease,
-		"backfill.request_timeout":  c.Backfill.RequestTimeout,
-		"backfill.viewer_ttl":       c.Backfill.ViewerTTL,
+		"identity.cache_ttl":                 c.Identity.CacheTTL,
+		"identity.error_ttl":                 c.Identity.ErrorTTL,
+		"backfill.first_read_wait":           c.Backfill.FirstReadWait,
+		"backfill.first_read_lease":          c.Backfill.FirstReadLease,
+		"backfill.request_timeout":           c.Backfill.RequestTimeout,
+		"backfill.viewer_ttl":                c.Backfill.ViewerTTL,
+		"backfill.admission.client_interval": c.Backfill.Admission.ClientInterval,
+		"backfill.admission.retry_after":     c.Backfill.Admission.RetryAfter,
 	}
 	for field, d := range positive {
 		if d <= 0 {
@@ -99,5 +149,26 @@ func (c Config) validateBackfill(fail func(field, format string, args ...any)) {
 	}
 	if c.Backfill.Depth > 10_000 {
 		fail("backfill.depth", "must be at most 10000, got %d", c.Backfill.Depth)
+	}
+	c.Backfill.Admission.validate(fail)
+}
+
+// Upper bounds keep a typo (an extra zero or three) from switching a
+// bound off in effect.
+func (a AdmissionConfig) validate(fail func(field, format string, args ...any)) {
+	within := func(field string, n, lo, hi int) {
+		if n < lo || n > hi {
+			fail(field, "must be from %d to %d, got %d", lo, hi, n)
+		}
+	}
+	within("backfill.admission.max_running", a.MaxRunning, 1, 1024)
+	within("backfill.admission.max_queued", a.MaxQueued, 0, 100_000)
+	within("backfill.admission.client_burst", a.ClientBurst, 1, 10_000)
+	within("backfill.admission.max_clients", a.MaxClients, 1, 10_000_000)
+	if a.ClientInterval > 24*time.Hour {
+		fail("backfill.admission.client_interval", "must be at most 24h, got %s", a.ClientInterval)
+	}
+	if a.RetryAfter > time.Hour {
+		fail("backfill.admission.retry_after", "must be at most 1h, got %s", a.RetryAfter)
 	}
 }

@@ -273,6 +273,18 @@ func TestValidate(t *testing.T) {
 		{"listen with host", func(c *Config) { c.HTTP.Listen = "127.0.0.1:0" }, ""},
 		{"custom follow collection", func(c *Config) { c.Feeds[0].FollowCollection = "com.example.graph.follow" }, ""},
 		{"batch size upper bound", func(c *Config) { c.Ingest.BatchSize = 100000 }, ""},
+		{"no first-read queue", func(c *Config) { c.Backfill.Admission.MaxQueued = 0 }, ""},
+		{"one first read at a time", func(c *Config) { c.Backfill.Admission.MaxRunning = 1 }, ""},
+
+		{"no first reads", func(c *Config) { c.Backfill.Admission.MaxRunning = 0 }, "backfill.admission.max_running: must be from 1 to 1024, got 0"},
+		{"too many first reads", func(c *Config) { c.Backfill.Admission.MaxRunning = 1025 }, "backfill.admission.max_running: must be from 1 to 1024"},
+		{"negative first-read queue", func(c *Config) { c.Backfill.Admission.MaxQueued = -1 }, "backfill.admission.max_queued: must be from 0 to 100000, got -1"},
+		{"zero client burst", func(c *Config) { c.Backfill.Admission.ClientBurst = 0 }, "backfill.admission.client_burst: must be from 1 to 10000"},
+		{"zero max clients", func(c *Config) { c.Backfill.Admission.MaxClients = 0 }, "backfill.admission.max_clients: must be from 1 to 10000000"},
+		{"zero client interval", func(c *Config) { c.Backfill.Admission.ClientInterval = 0 }, "backfill.admission.client_interval: must be positive"},
+		{"day-long client interval", func(c *Config) { c.Backfill.Admission.ClientInterval = 25 * time.Hour }, "backfill.admission.client_interval: must be at most 24h"},
+		{"zero retry after", func(c *Config) { c.Backfill.Admission.RetryAfter = 0 }, "backfill.admission.retry_after: must be positive"},
+		{"long retry after", func(c *Config) { c.Backfill.Admission.RetryAfter = 2 * time.Hour }, "backfill.admission.retry_after: must be at most 1h"},
 
 		{"empty database path", func(c *Config) { c.Database.Path = "" }, "database.path: must not be empty"},
 		{"no urls", func(c *Config) { c.Jetstream.URLs = nil }, "jetstream.urls: must list at least one URL"},

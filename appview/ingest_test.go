@@ -62,7 +62,7 @@ func TestIngesterCommitsABacklogInLargeBatches(t *testing.T) {
 			Commit: &jetstream.Commit{
 				Operation: jetstream.OpCreate, Collection: postNSID,
 				RKey: syntax.RecordKey(syntax.NewTID(us, 0)), Rev: string(syntax.NewTID(us, 0)),
-				CID: "bafyreibaowdggfizbfrk2ypwue7e2mw5a3mjn665rxjs6gx7pd7oxfha3y",
+				CID:    "bafyreibaowdggfizbfrk2ypwue7e2mw5a3mjn665rxjs6gx7pd7oxfha3y",
 				Record: json.RawMessage(`{"$type":"app.bsky.feed.post","text":"hi","createdAt":"2026-01-01T00:00:00Z"}`),
 			},
 		}

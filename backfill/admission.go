@@ -37,13 +37,19 @@ type AdmissionConfig struct {
 	// (defaults 0.5/s, burst 10).
 	PerClientRate  float64
 	PerClientBurst int
-	// MaxRunning first reads run at once; MaxQueued more may wait (defaults
-	// 8 and 64).
+	// MaxRunning first reads run at once (default 4); MaxQueued more may
+	// wait for a running slot (default 64; negative: none may wait).
 	MaxRunning, MaxQueued int
 	// MaxClients bounds the per-client buckets kept (default 10,000); past
 	// it the oldest half is forgotten.
 	MaxClients int
+	// OverloadedRetryAfter is the Retry-After of a refusal because the
+	// queue is full (default 5s).
+	OverloadedRetryAfter time.Duration
 }
+
+// DefaultMaxRunning is the default number of first reads running at once.
+const DefaultMaxRunning = 4
 
 func (c *AdmissionConfig) setDefaults() {
 	if c.PerClientRate <= 0 {
@@ -53,13 +59,19 @@ func (c *AdmissionConfig) setDefaults() {
 		c.PerClientBurst = 10
 	}
 	if c.MaxRunning <= 0 {
-		c.MaxRunning = 8
+		c.MaxRunning = DefaultMaxRunning
 	}
-	if c.MaxQueued <= 0 {
+	switch {
+	case c.MaxQueued == 0:
 		c.MaxQueued = 64
+	case c.MaxQueued < 0:
+		c.MaxQueued = 0
 	}
 	if c.MaxClients <= 0 {
 		c.MaxClients = 10_000
+	}
+	if c.OverloadedRetryAfter <= 0 {
+		c.OverloadedRetryAfter = 5 * time.Second
 	}
 }
 
@@ -117,20 +129,40 @@ func (a *admission) forgetOldest(now time.Time) {
 	}
 }
 
-// enqueue reserves a place for a new run; the run then waits for a
-// running slot with acquire and gives both back with release.
-func (a *admission) enqueue() error {
+// queueSlot is a place among the first reads running or waiting, held by
+// one goroutine at a time. A request reserves it before it writes
+// anything, so a saturated daemon refuses a new viewer without touching
+// the database; the run it starts takes it over.
+type queueSlot struct {
+	a *admission
+}
+
+// enqueue reserves a place, or refuses with ErrOverloaded when
+// MaxRunning+MaxQueued are taken.
+func (a *admission) enqueue() (*queueSlot, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.waiting >= a.cfg.MaxRunning+a.cfg.MaxQueued {
-		return &RejectedError{Err: ErrOverloaded, RetryAfter: 5 * time.Second}
+		return nil, &RejectedError{Err: ErrOverloaded, RetryAfter: a.cfg.OverloadedRetryAfter}
 	}
 	a.waiting++
-	return nil
+	return &queueSlot{a: a}, nil
 }
 
-func (a *admission) dequeue() {
-	a.mu.Lock()
-	a.waiting--
-	a.mu.Unlock()
+// take hands the place to a new holder; releasing q is then a no-op.
+func (q *queueSlot) take() *queueSlot {
+	t := &queueSlot{a: q.a}
+	q.a = nil
+	return t
+}
+
+// release gives the place back, once; a nil slot is a no-op.
+func (q *queueSlot) release() {
+	if q == nil || q.a == nil {
+		return
+	}
+	q.a.mu.Lock()
+	q.a.waiting--
+	q.a.mu.Unlock()
+	q.a = nil
 }

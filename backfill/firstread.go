@@ -27,7 +27,10 @@ type firstRead struct {
 // FirstReadWait: the caller then serves whatever the feed holds.
 //
 // client identifies the caller (its address) for the per-client limit on
-// new viewers; a rejected first read is a *RejectedError.
+// new viewers; a rejected first read is a *RejectedError. An actor that
+// is not a viewer yet is refused before anything touches the database:
+// whether it is one is a lookup in memory, then its client's bucket, then
+// a place in the first-read queue, and only then the registration write.
 func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client string) error {
 	if _, ok := s.feeds[feed]; !ok {
 		return feeds.ErrUnknownLane
@@ -36,22 +39,26 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 	now := s.cfg.Now()
 	s.mu.Lock()
 	touched, complete := s.complete[key]
+	_, running := s.running[key]
 	s.mu.Unlock()
 	if complete && now.Sub(touched) < time.Hour {
 		return nil
 	}
-	if !complete {
-		s.mu.Lock()
-		_, running := s.running[key]
-		s.mu.Unlock()
-		if !running && !s.store.KnownViewer(ctx, viewer, feed) {
-			// A new viewer: the expensive path, admitted per client.
-			if err := s.admit.allowClient(client, now); err != nil {
-				s.metrics.rejected("rate_limited")
-				return err
-			}
+	var slot *queueSlot
+	if !complete && !running && !s.store.KnownViewer(viewer, feed) {
+		// A new viewer: the expensive path, admitted per client and then
+		// against the global cap, before its registration is written.
+		if err := s.admit.allowClient(client, now); err != nil {
+			s.metrics.rejected("rate_limited")
+			return err
+		}
+		var err error
+		if slot, err = s.admit.enqueue(); err != nil {
+			s.metrics.rejected("overloaded")
+			return err
 		}
 	}
+	defer slot.release() // unless a run took it over
 	st, err := s.store.RegisterViewer(ctx, viewer, feed, now)
 	if err != nil {
 		return fmt.Errorf("register viewer: %w", err)
@@ -64,7 +71,7 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 		// Failed before and not due again: serve what there is.
 		return nil
 	}
-	run, err := s.start(key)
+	run, err := s.start(key, slot)
 	if err != nil {
 		s.metrics.rejected("overloaded")
 		return err
@@ -87,20 +94,26 @@ func (s *Service) markComplete(key viewerKey, now time.Time) {
 }
 
 // start returns the running first read of key, starting one if none runs
-// in this process. Across processes the durable claim decides.
-func (s *Service) start(key viewerKey) (*firstRead, error) {
+// in this process. Across processes the durable claim decides. A run
+// started here takes over slot, when the caller reserved one; otherwise
+// it reserves its own place in the queue.
+func (s *Service) start(key viewerKey, slot *queueSlot) (*firstRead, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r, ok := s.running[key]; ok {
 		return r, nil
 	}
-	if err := s.admit.enqueue(); err != nil {
-		return nil, err
+	if slot == nil {
+		var err error
+		if slot, err = s.admit.enqueue(); err != nil {
+			return nil, err
+		}
 	}
+	run := slot.take()
 	r := &firstRead{done: make(chan struct{})}
 	s.running[key] = r
 	go func() {
-		defer s.admit.dequeue()
+		defer run.release()
 		ctx := s.background()
 		select {
 		case s.admit.running <- struct{}{}:

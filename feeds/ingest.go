@@ -100,6 +100,7 @@ func (w *txWriter) commit() error {
 		return err
 	}
 	w.s.rememberActors(w.newActors)
+	w.s.viewers.apply(w.viewerChanges)
 	return nil
 }
 
@@ -118,6 +119,8 @@ type txWriter struct {
 	grown      grownBatch // feeds this transaction grew, queued for the sweep
 	// pendingFanout counts target records queued for the fan-out at commit.
 	pendingFanout int
+	// viewerChanges reach the in-memory viewer set once committed.
+	viewerChanges []viewerChange
 }
 
 // stmt binds a prepared statement to the batch transaction once.

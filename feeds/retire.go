@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // RetireViewers retires up to limit viewers who have not read their feed
@@ -17,37 +19,44 @@ func (s *Store) RetireViewers(ctx context.Context, now time.Time, ttl time.Durat
 	if s.indexAll {
 		return 0, nil
 	}
-	retired := 0
+	type stale struct {
+		id        int64
+		feed, did string
+	}
+	var list []stale
 	err := s.write(ctx, func(w *txWriter) error {
+		list = list[:0]
 		rows, err := w.tx.QueryContext(ctx, `
-			SELECT actor_id, feed FROM viewers WHERE last_read_us < ? ORDER BY last_read_us LIMIT ?`,
+			SELECT v.actor_id, v.feed, a.did FROM viewers v JOIN actors a ON a.id = v.actor_id
+			WHERE v.last_read_us < ? ORDER BY v.last_read_us LIMIT ?`,
 			now.Add(-ttl).UnixMicro(), limit)
 		if err != nil {
 			return fmt.Errorf("find stale viewers: %w", err)
 		}
-		type stale struct {
-			id   int64
-			feed string
-		}
-		var list []stale
 		for rows.Next() {
 			var v stale
-			if err := rows.Scan(&v.id, &v.feed); err != nil {
+			if err := rows.Scan(&v.id, &v.feed, &v.did); err != nil {
 				rows.Close()
 				return err
 			}
 			list = append(list, v)
 		}
 		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("find stale viewers: %w", err)
+		}
 		for _, v := range list {
 			if err := w.retireViewer(v.id, v.feed); err != nil {
 				return err
 			}
-			retired++
+			w.viewerChanges = append(w.viewerChanges, viewerChange{syntax.DID(v.did), v.feed, false})
 		}
 		return nil
 	})
-	return retired, err
+	if err != nil {
+		return 0, err
+	}
+	return len(list), nil
 }
 
 func (w *txWriter) retireViewer(id int64, feed string) error {

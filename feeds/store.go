@@ -100,6 +100,8 @@ type Store struct {
 	// extracting, guarded by writeMu (fields_store.go).
 	fieldBacklog []*fieldBacklog
 	backlogSlice int // records one backlog slice examines (fieldBacklogSlice)
+
+	viewers *viewerSet // registered viewers, in memory (viewer_set.go)
 }
 
 // lane is one (feed, target collection) pair: the unit that holds items and
@@ -185,6 +187,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		profiles:      opts.Profiles,
 		sweep:         sweeper{opts: opts.Sweep.withDefaults()},
 		backlogSlice:  fieldBacklogSlice,
+		viewers:       newViewerSet(),
 	}
 	if err := s.init(ctx, opts); err != nil {
 		writer.Close()
@@ -237,6 +240,9 @@ func (s *Store) init(ctx context.Context, opts Options) error {
 	}
 	if err := s.syncLanes(ctx, opts.Feeds); err != nil {
 		return fmt.Errorf("sync feeds: %w", err)
+	}
+	if err := s.loadViewers(ctx); err != nil {
+		return err
 	}
 	cur, gen, err := s.loadCursor(ctx)
 	if err != nil {

@@ -45,6 +45,7 @@ func (s *Store) RegisterViewer(ctx context.Context, viewer syntax.DID, feed stri
 			id, feed, nowUS, lastReadResolution.Microseconds()); err != nil {
 			return fmt.Errorf("register viewer: %w", err)
 		}
+		w.viewerChanges = append(w.viewerChanges, viewerChange{viewer, feed, true})
 		st, err = readViewerStatus(ctx, w.tx, id, feed)
 		return err
 	})
@@ -270,14 +271,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
-}
-
-// KnownViewer reports whether the actor is already registered for the
-// feed, from the read pool: the cheap check before admitting a new one.
-func (s *Store) KnownViewer(ctx context.Context, viewer syntax.DID, feed string) bool {
-	var one int
-	err := s.reader.QueryRowContext(ctx, `
-		SELECT 1 FROM viewers v JOIN actors a ON a.id = v.actor_id WHERE a.did = ? AND v.feed = ?`,
-		string(viewer), feed).Scan(&one)
-	return err == nil
 }

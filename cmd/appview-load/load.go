@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -27,7 +26,11 @@ func (w *world) measure(ctx context.Context) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &report{}
+	rep := &report{cpuOf: "daemon"}
+	if !w.o.separate {
+		rep.cpuOf = "process"
+	}
+	burst := newBurst(w)
 	feedCtx, stopFeed := context.WithCancel(ctx)
 	var feeder sync.WaitGroup
 	feeder.Add(1)
@@ -38,7 +41,6 @@ func (w *world) measure(ctx context.Context) (*report, error) {
 	}()
 
 	var unloaded, loaded samples
-	burst := newBurst(w)
 	err = func() error {
 		for range w.o.rounds {
 			s, err := w.phase(ctx, nil)
@@ -67,14 +69,14 @@ func (w *world) measure(ctx context.Context) (*report, error) {
 
 	// Once the feed stops, everything sent is applied within moments.
 	start := time.Now()
-	for w.daemon.Store().Cursor().TimeUS < rep.lastTimeUS {
+	for w.daemon.cursorUS() < rep.lastTimeUS {
 		if time.Since(start) > 30*time.Second {
 			return nil, fmt.Errorf("ingest did not catch up within 30s of the end of the feed")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	rep.catchUp = time.Since(start)
-	rep.peakRSS = peakRSS()
+	rep.peakRSS, rep.daemonRSS = peakRSSOf("self"), w.daemon.peakRSS()
 	return rep, nil
 }
 
@@ -111,17 +113,24 @@ func (w *world) feed(ctx context.Context) (events int, lastTimeUS int64) {
 type samples struct {
 	reads, failed int
 	took, lags    []time.Duration
+	// cpu is the daemon process's CPU time over wall time.
+	cpu, wall time.Duration
 }
 
 func (s *samples) add(o samples) {
 	s.reads += o.reads
 	s.failed += o.failed
+	s.cpu += o.cpu
+	s.wall += o.wall
 	s.took = append(s.took, o.took...)
 	s.lags = append(s.lags, o.lags...)
 }
 
 func (s *samples) stats() phaseStats {
 	st := phaseStats{reads: s.reads, failed: s.failed}
+	if s.wall > 0 {
+		st.cores = s.cpu.Seconds() / s.wall.Seconds()
+	}
 	st.p50, st.p99, st.max = percentiles(s.took)
 	st.lagP50, _, st.lagMax = percentiles(s.lags)
 	return st
@@ -140,6 +149,7 @@ func (w *world) phase(reqCtx context.Context, b *burst) (samples, error) {
 		mu sync.Mutex
 		s  samples
 	)
+	cpu0, wall0 := w.daemon.cpuTime(), time.Now()
 	if b != nil {
 		for i := range w.o.clients {
 			wg.Add(1)
@@ -159,9 +169,9 @@ func (w *world) phase(reqCtx context.Context, b *burst) (samples, error) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if c := w.daemon.Store().Cursor(); c.TimeUS > 0 {
+				if c := w.daemon.cursorUS(); c > 0 {
 					mu.Lock()
-					s.lags = append(s.lags, time.Since(time.UnixMicro(c.TimeUS)))
+					s.lags = append(s.lags, time.Since(time.UnixMicro(c)))
 					mu.Unlock()
 				}
 			}
@@ -198,6 +208,7 @@ func (w *world) phase(reqCtx context.Context, b *burst) (samples, error) {
 		}()
 	}
 	wg.Wait()
+	s.cpu, s.wall = w.daemon.cpuTime()-cpu0, time.Since(wall0)
 	if s.reads == 0 {
 		return s, fmt.Errorf("no reads in a phase of %s", w.o.phase)
 	}
@@ -210,7 +221,7 @@ func (w *world) phase(reqCtx context.Context, b *burst) (samples, error) {
 type burst struct {
 	w       *world
 	clients []*http.Client
-	next    atomic.Int64
+	actors  *newcomers
 
 	mu           sync.Mutex
 	statuses     map[int]int
@@ -221,7 +232,9 @@ type burst struct {
 }
 
 func newBurst(w *world) *burst {
-	b := &burst{w: w, statuses: map[int]int{}}
+	// Enough for every client's bucket and every request in flight; more
+	// are made as needed.
+	b := &burst{w: w, statuses: map[int]int{}, actors: newNewcomers(w, w.o.clients*(w.o.burstConc+16))}
 	for i := range w.o.clients {
 		b.clients = append(b.clients, newClient(net.IPv4(127, 0, 0, byte(10+i)), w.o.burstConc))
 	}
@@ -255,9 +268,11 @@ func (b *burst) run(ctx, reqCtx context.Context, client int) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			actor := syntax.DID(fmt.Sprintf("did:plc:newcomer%07d", b.next.Add(1)))
-			b.w.addActor(actor)
+			actor := b.actors.get()
 			a, err := getFeed(reqCtx, c, b.w.base, actor)
+			if err == nil && (a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable) {
+				b.actors.put(actor)
+			}
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			if err != nil {

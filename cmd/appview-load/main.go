@@ -28,6 +28,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -47,8 +48,12 @@ type options struct {
 	burstConc int           // requests in flight per burst client
 	dir       string        // where the database goes (default a temporary directory)
 	verbose   bool          // daemon logs to stderr
+	separate  bool          // the daemon in a child process
 	profile   string        // CPU profile of the loaded phases, when set
 	seed      uint64
+	// maxRunning and maxQueued override backfill.admission when set.
+	maxRunning int
+	maxQueued  *int
 	// firstReadWait overrides backfill.first_read_wait when set (the
 	// functional test shortens it; the command runs the default).
 	firstReadWait time.Duration
@@ -70,12 +75,27 @@ func main() {
 	flag.IntVar(&o.burstConc, "burst-concurrency", 32, "requests in flight per burst client")
 	flag.StringVar(&o.dir, "dir", "", "directory for the database (default: a temporary directory, removed)")
 	flag.BoolVar(&o.verbose, "v", false, "daemon logs (warnings and up) to stderr")
+	flag.BoolVar(&o.separate, "separate", true, "run the daemon in a child process, apart from the fakes and the load generator")
+	daemonConfig := flag.String("daemon-config", "", "internal: run only the daemon on this config file (the child of -separate)")
 	flag.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the loaded phases to this file")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the follow graph")
+	flag.IntVar(&o.maxRunning, "max-running", 0, "backfill.admission.max_running (default: the daemon's)")
+	flag.Func("max-queued", "backfill.admission.max_queued (default: the daemon's)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		o.maxQueued = &n
+		return err
+	})
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *daemonConfig != "" {
+		if err := serveDaemon(ctx, *daemonConfig, o.verbose, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "appview-load daemon:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if _, err := run(ctx, o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "appview-load:", err)
 		os.Exit(1)

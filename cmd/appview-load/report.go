@@ -16,6 +16,7 @@ type phaseStats struct {
 	reads, failed  int // failed: an error, a non-200 or an empty feed
 	p50, p99, max  time.Duration
 	lagP50, lagMax time.Duration // ingest lag: wall clock minus the committed cursor
+	cores          float64       // the daemon's CPU time over wall time
 }
 
 // burstStats is what the burst clients got.
@@ -53,7 +54,9 @@ type report struct {
 	lastTimeUS       int64
 	feedSeconds      float64
 	catchUp          time.Duration
-	peakRSS          int64 // bytes; 0 when unknown
+	peakRSS          int64  // this process, bytes; 0 when unknown
+	daemonRSS        int64  // the daemon process, when separate
+	cpuOf            string // whose CPU the phases count
 }
 
 // p99Ratio is the loaded p99 over the unloaded one.
@@ -72,8 +75,8 @@ func (r *report) print(out io.Writer, o options) {
 		name string
 		s    phaseStats
 	}{{"unloaded", r.unloaded}, {"loaded", r.loaded}} {
-		fmt.Fprintf(out, "%-8s existing viewers: %d reads, %d failed, p50 %s, p99 %s, max %s; ingest lag p50 %s, max %s\n",
-			p.name, p.s.reads, p.s.failed, ms(p.s.p50), ms(p.s.p99), ms(p.s.max), ms(p.s.lagP50), ms(p.s.lagMax))
+		fmt.Fprintf(out, "%-8s existing viewers: %d reads, %d failed, p50 %s, p99 %s, max %s; ingest lag p50 %s, max %s; %s CPU %.2f cores\n",
+			p.name, p.s.reads, p.s.failed, ms(p.s.p50), ms(p.s.p99), ms(p.s.max), ms(p.s.lagP50), ms(p.s.lagMax), r.cpuOf, p.s.cores)
 	}
 	verdict := "within"
 	if r.p99Ratio() > 2 {
@@ -86,9 +89,12 @@ func (r *report) print(out io.Writer, o options) {
 		b.other(), b.errors, b.noRetryAfter, o.burstConc, b.dropped, ms(b.p50), ms(b.p99))
 	fmt.Fprintf(out, "ingest: %d events in %.0fs (%.0f/s); caught up %s after the feed stopped\n",
 		r.events, r.feedSeconds, float64(r.events)/r.feedSeconds, ms(r.catchUp))
-	if r.peakRSS > 0 {
+	switch {
+	case r.daemonRSS > 0:
+		fmt.Fprintf(out, "peak RSS: daemon process %.0f MiB; fakes and load generator %.0f MiB\n", float64(r.daemonRSS)/(1<<20), float64(r.peakRSS)/(1<<20))
+	case r.peakRSS > 0:
 		fmt.Fprintf(out, "peak RSS: %.0f MiB (daemon, fakes and load generator in one process)\n", float64(r.peakRSS)/(1<<20))
-	} else {
+	default:
 		fmt.Fprintln(out, "peak RSS: unknown (no /proc/self/status)")
 	}
 }
@@ -104,10 +110,33 @@ func percentiles(ds []time.Duration) (p50, p99, maxD time.Duration) {
 	return at(0.50), at(0.99), s[len(s)-1]
 }
 
-// peakRSS is the process's high-water resident set (VmHWM), 0 when the
-// system does not say.
-func peakRSS() int64 {
-	f, err := os.Open("/proc/self/status")
+// cpuTimeOf is a process's user and system CPU time so far, by pid or
+// "self"; 0 when the system does not say.
+func cpuTimeOf(pid string) time.Duration {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses and may hold
+	// spaces: utime and stime are the 12th and 13th, in clock ticks.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticksPerSecond
+}
+
+// peakRSSOf is a process's high-water resident set (VmHWM), by pid or
+// "self"; 0 when the system does not say.
+func peakRSSOf(pid string) int64 {
+	f, err := os.Open("/proc/" + pid + "/status")
 	if err != nil {
 		return 0
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -33,12 +32,9 @@ type world struct {
 	plc    *plctest.Server
 	pds    *pdstest.Server
 	js     *jetstreamtest.Server
-	daemon *appview.Daemon
+	daemon daemon
 	base   string // the daemon's base URL
 	tmp    string // removed at close, when we made it
-
-	stop    context.CancelFunc
-	stopped chan error
 
 	mu  sync.Mutex
 	rng *rand.Rand // the follow graph
@@ -91,25 +87,24 @@ func newWorld(ctx context.Context, o options) (_ *world, err error) {
 	cfg.Identity.HandleResolverURL = w.plc.URL()
 	cfg.Identity.AllowPrivateNetworks = true // the fakes are on loopback
 	cfg.Ingest.IndexAll = false
+	if o.maxRunning > 0 {
+		cfg.Backfill.Admission.MaxRunning = o.maxRunning
+	}
+	if o.maxQueued != nil {
+		cfg.Backfill.Admission.MaxQueued = *o.maxQueued
+	}
 	if o.firstReadWait > 0 {
 		cfg.Backfill.FirstReadWait = o.firstReadWait
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if o.separate {
+		w.daemon, err = startChild(ctx, cfg, dir, o.verbose)
+	} else {
+		w.daemon, err = startInProcess(ctx, cfg, daemonLogger(o.verbose))
+	}
 	if err != nil {
 		return nil, err
 	}
-	logger := slog.New(slog.DiscardHandler)
-	if o.verbose {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	if w.daemon, err = appview.Build(ctx, cfg, appview.Options{Listener: l, Logger: logger}); err != nil {
-		l.Close()
-		return nil, err
-	}
-	w.base = "http://" + l.Addr().String()
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w.stop, w.stopped = cancel, make(chan error, 1)
-	go func() { w.stopped <- w.daemon.Run(runCtx) }()
+	w.base = w.daemon.baseURL()
 	if !w.js.WaitConnections(1, 10*time.Second) {
 		return nil, errors.New("the daemon did not subscribe to the fake Jetstream within 10s")
 	}
@@ -147,14 +142,24 @@ func (w *world) warmUp(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			res, err := getFeed(ctx, clients[i/perAddress], w.base, v)
-			switch {
-			case err != nil:
-				errs <- err
-			case res.status != http.StatusOK:
-				errs <- fmt.Errorf("first read of %s: status %d", v, res.status)
-			case res.records == 0:
-				errs <- fmt.Errorf("first read of %s: empty feed", v)
+			// A first read that waited in the queue past first_read_wait
+			// answers an empty page and goes on: read again until it is
+			// done (these reads are no longer first reads).
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				res, err := getFeed(ctx, clients[i/perAddress], w.base, v)
+				switch {
+				case err != nil:
+					errs <- err
+				case res.status != http.StatusOK:
+					errs <- fmt.Errorf("first read of %s: status %d", v, res.status)
+				case res.records == 0 && time.Now().After(deadline):
+					errs <- fmt.Errorf("first read of %s: feed still empty after 30s", v)
+				case res.records == 0:
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				return
 			}
 		}()
 	}
@@ -164,14 +169,8 @@ func (w *world) warmUp(ctx context.Context) error {
 }
 
 func (w *world) close() {
-	if w.stop != nil {
-		w.stop()
-		if err := <-w.stopped; err != nil {
-			fmt.Fprintln(os.Stderr, "appview-load: daemon:", err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		w.daemon.Close(ctx)
-		cancel()
+	if w.daemon != nil {
+		w.daemon.close()
 	}
 	w.js.Close()
 	w.pds.Close()
