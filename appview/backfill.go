@@ -51,6 +51,7 @@ func buildBackfill(cfg Config, store *feeds.Store, reg prometheus.Registerer, lo
 	svc := backfill.New(backfill.Config{
 		FirstReadWait: cfg.Backfill.FirstReadWait,
 		Lease:         cfg.Backfill.FirstReadLease,
+		RunTimeout:    cfg.Backfill.FirstReadTimeout,
 		Depth:         cfg.Backfill.Depth,
 		MaxFollows:    cfg.Backfill.MaxFollows,
 		Concurrency:   cfg.Backfill.Concurrency,

@@ -33,6 +33,9 @@ type BackfillConfig struct {
 	// by a crash keeps its viewer waiting this long before the restarted
 	// daemon (whose claims carry a new owner) may take it over.
 	FirstReadLease time.Duration `yaml:"first_read_lease"`
+	// FirstReadTimeout bounds one first read a getFeed request started;
+	// keep it under the lease. A run cut off is retried on the schedule.
+	FirstReadTimeout time.Duration `yaml:"first_read_timeout"`
 	// Depth is how many of an account's newest records per target
 	// collection are fetched.
 	Depth int `yaml:"depth"`
@@ -78,7 +81,7 @@ func defaultIdentityConfig() IdentityConfig {
 
 func defaultBackfillConfig() BackfillConfig {
 	return BackfillConfig{
-		FirstReadWait: 3 * time.Second, FirstReadLease: 2 * time.Minute, Depth: 50, MaxFollows: 10_000,
+		FirstReadWait: 3 * time.Second, FirstReadLease: 2 * time.Minute, FirstReadTimeout: 90 * time.Second, Depth: 50, MaxFollows: 10_000,
 		Concurrency: 16, PerHost: 4, RequestTimeout: 10 * time.Second, MaxAttempts: 6,
 		ViewerTTL: 30 * 24 * time.Hour,
 		Admission: AdmissionConfig{
@@ -126,6 +129,7 @@ func (c Config) validateBackfill(fail func(field, format string, args ...any)) {
 		"identity.error_ttl":                 c.Identity.ErrorTTL,
 		"backfill.first_read_wait":           c.Backfill.FirstReadWait,
 		"backfill.first_read_lease":          c.Backfill.FirstReadLease,
+		"backfill.first_read_timeout":        c.Backfill.FirstReadTimeout,
 		"backfill.request_timeout":           c.Backfill.RequestTimeout,
 		"backfill.viewer_ttl":                c.Backfill.ViewerTTL,
 		"backfill.admission.client_interval": c.Backfill.Admission.ClientInterval,

@@ -222,3 +222,39 @@ func TestFailedAccountIsRetriedOnItsSchedule(t *testing.T) {
 		t.Fatalf("feed after the retry = %v, want the flaky account's post", got)
 	}
 }
+
+// TestFirstReadIsCutOffAtItsRunTimeout: a viewer whose own PDS never
+// answers holds a running slot no longer than the run timeout; the run
+// fails like any other, with its retry scheduled, and the slot is free.
+func TestFirstReadIsCutOffAtItsRunTimeout(t *testing.T) {
+	w := newWorld(t, Config{RunTimeout: 300 * time.Millisecond, FirstReadWait: 5 * time.Second,
+		Admission: AdmissionConfig{MaxRunning: 1}})
+	viewer := w.account("viewer")
+	w.follow(viewer, w.account("alice"), 1)
+	w.pds.Fail(viewer, followNSID, pdstest.FaultHang)
+
+	start := time.Now()
+	if err := w.svc.Ensure(context.Background(), viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 1500*time.Millisecond {
+		t.Fatalf("first read held its request %s, want about the 300ms run timeout", took)
+	}
+	st, err := w.store.RegisterViewer(context.Background(), viewer, "following", w.clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Complete || st.Attempts != 1 || !st.NextRetry.After(w.clock) {
+		t.Fatalf("viewer = %+v, want one failed attempt with a retry scheduled", st)
+	}
+	// The one running slot is free again: another new viewer's first read
+	// runs and completes.
+	other := w.account("other")
+	w.follow(other, w.account("bob"), 2)
+	if err := w.svc.Ensure(context.Background(), other, "following", "test2"); err != nil {
+		t.Fatalf("next first read: %v", err)
+	}
+	if st, _ := w.store.RegisterViewer(context.Background(), other, "following", w.clock); !st.Complete {
+		t.Fatalf("next first read did not complete: %+v", st)
+	}
+}

@@ -114,7 +114,8 @@ func (s *Service) start(key viewerKey, slot *queueSlot) (*firstRead, error) {
 	s.running[key] = r
 	go func() {
 		defer run.release()
-		ctx := s.background()
+		ctx, cancel := context.WithTimeout(s.background(), s.cfg.RunTimeout)
+		defer cancel()
 		select {
 		case s.admit.running <- struct{}{}:
 			_, r.err = s.runFirstRead(ctx, key, nil)
@@ -161,12 +162,19 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 			}
 			return 0, err
 		}
-		st, _ := s.store.RegisterViewer(ctx, key.viewer, key.feed, s.cfg.Now())
+		// A run cut off by its time bound still records its failure.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		st, _ := s.store.RegisterViewer(fctx, key.viewer, key.feed, s.cfg.Now())
 		next := s.cfg.Now().Add(s.retryAfter(st.Attempts + 1))
-		if ferr := s.store.FailFirstRead(ctx, key.viewer, key.feed, s.owner, err.Error(), next); ferr != nil {
+		if ferr := s.store.FailFirstRead(fctx, key.viewer, key.feed, s.owner, err.Error(), next); ferr != nil {
 			s.log.Error("record failed first read", "err", ferr)
 		}
-		s.metrics.firstRead("failed", took)
+		outcome := "failed"
+		if errors.Is(err, context.DeadlineExceeded) {
+			outcome = "timed_out"
+		}
+		s.metrics.firstRead(outcome, took)
 		s.log.Info("first read failed", "viewer", key.viewer, "feed", key.feed, "err", err)
 		return 0, err
 	}

@@ -46,6 +46,12 @@ type Config struct {
 	// Lease is how long a first-read claim holds before another run may
 	// take it over (default 2m).
 	Lease time.Duration
+	// RunTimeout bounds one first read started by a getFeed request, from
+	// its claim to the built feed (default three quarters of Lease): a PDS
+	// answering just inside every request timeout must not hold a running
+	// slot for minutes. A run cut off fails like any other and is retried
+	// on the schedule, resuming from its stored listing cursors.
+	RunTimeout time.Duration
 	// RetryBase and RetryMax shape the retry schedule (default 1m, 48h).
 	RetryBase, RetryMax time.Duration
 	// QueueSize bounds the followee backfills waiting to run (default 10,000).
@@ -77,6 +83,7 @@ func (c *Config) setDefaults() {
 	def(&c.PerHost, 4)
 	def(&c.MaxAttempts, 6)
 	defDur(&c.Lease, 2*time.Minute)
+	defDur(&c.RunTimeout, c.Lease*3/4)
 	defDur(&c.RetryBase, time.Minute)
 	defDur(&c.RetryMax, 48*time.Hour)
 	def(&c.QueueSize, 10_000)
