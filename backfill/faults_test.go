@@ -247,6 +247,17 @@ func TestFirstReadIsCutOffAtItsRunTimeout(t *testing.T) {
 	if st.Complete || st.Attempts != 1 || !st.NextRetry.After(w.clock) {
 		t.Fatalf("viewer = %+v, want one failed attempt with a retry scheduled", st)
 	}
+	// Until its retry is due, the viewer's reads are answered from memory:
+	// the first one after the failure looks the state up, later ones touch
+	// no database (a cancelled context would fail any query).
+	if err := w.svc.Ensure(context.Background(), viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := w.svc.Ensure(cancelled, viewer, "following", "test"); err != nil {
+		t.Fatalf("a viewer not due again was not served from memory: %v", err)
+	}
 	// The one running slot is free again: another new viewer's first read
 	// runs and completes.
 	other := w.account("other")

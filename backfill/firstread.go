@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -40,9 +41,13 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 	s.mu.Lock()
 	touched, complete := s.complete[key]
 	_, running := s.running[key]
+	until, waiting := s.notDue[key]
 	s.mu.Unlock()
 	if complete && now.Sub(touched) < time.Hour {
 		return nil
+	}
+	if waiting && now.Before(until) {
+		return nil // failed before, not due yet: serve what there is
 	}
 	var slot *queueSlot
 	if !complete && !running && !s.store.KnownViewer(viewer, feed) {
@@ -68,7 +73,14 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 		return nil
 	}
 	if st.Attempts >= s.cfg.MaxAttempts || now.Before(st.NextRetry) {
-		// Failed before and not due again: serve what there is.
+		// Failed before and not due again: serve what there is, and
+		// remember it until then (an hour at most, so an operator's
+		// reset is noticed).
+		until := now.Add(time.Hour)
+		if st.Attempts < s.cfg.MaxAttempts && st.NextRetry.Before(until) {
+			until = st.NextRetry
+		}
+		s.markNotDue(key, now, until)
 		return nil
 	}
 	run, err := s.start(key, slot)
@@ -85,6 +97,23 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 	case <-ctx.Done():
 	}
 	return nil
+}
+
+// maxNotDue bounds the notDue map; past it, expired entries are dropped
+// and, if that is not enough, the map starts over (the database still
+// answers for anyone forgotten).
+const maxNotDue = 100_000
+
+func (s *Service) markNotDue(key viewerKey, now, until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.notDue) >= maxNotDue {
+		maps.DeleteFunc(s.notDue, func(_ viewerKey, t time.Time) bool { return !now.Before(t) })
+		if len(s.notDue) >= maxNotDue {
+			clear(s.notDue)
+		}
+	}
+	s.notDue[key] = until
 }
 
 func (s *Service) markComplete(key viewerKey, now time.Time) {

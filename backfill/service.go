@@ -121,6 +121,10 @@ type Service struct {
 
 	mu       sync.Mutex
 	complete map[viewerKey]time.Time // complete viewers → when registration was last refreshed
+	// notDue holds viewers whose first read failed and is not due again
+	// before the time given: their reads are served from memory, without
+	// the registration write that would queue with ingest for the lock.
+	notDue   map[viewerKey]time.Time
 	running  map[viewerKey]*firstRead
 	accounts map[accountKey]*accountRun
 
@@ -157,6 +161,7 @@ func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, 
 		limits:   pds.NewLimiter(cfg.Concurrency, cfg.PerHost),
 		admit:    newAdmission(cfg.Admission),
 		complete: map[viewerKey]time.Time{},
+		notDue:   map[viewerKey]time.Time{},
 		running:  map[viewerKey]*firstRead{},
 		accounts: map[accountKey]*accountRun{},
 		queue:    make(chan feeds.FollowEdge, cfg.QueueSize),
@@ -273,6 +278,7 @@ func (s *Service) forgetComplete() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	clear(s.complete)
+	clear(s.notDue)
 }
 
 func (s *Service) background() context.Context {
