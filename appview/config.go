@@ -43,6 +43,10 @@ type DatabaseConfig struct {
 	// (docs/benchmarks.md). Each of the read connections has its own,
 	// smaller cache.
 	CacheMB int `yaml:"cache_mb"`
+	// ReadMmapMB memory-maps up to that much of the database for the read
+	// connections serving getFeed (0: off). Mapped pages the reads touch
+	// count toward the daemon's RSS, though the kernel can drop them.
+	ReadMmapMB int `yaml:"read_mmap_mb"`
 }
 
 // JetstreamConfig describes the upstream firehose connection.

@@ -33,6 +33,9 @@ func (c Config) Validate() error {
 	if n := c.Database.CacheMB; n < 2 || n > 16384 {
 		fail("database.cache_mb", "must be between 2 and 16384")
 	}
+	if n := c.Database.ReadMmapMB; n < 0 || n > 1<<20 {
+		fail("database.read_mmap_mb", "must be between 0 and 1048576")
+	}
 	if c.Database.Path == "" {
 		fail("database.path", "must not be empty")
 	}

@@ -44,6 +44,10 @@ type Options struct {
 	Metrics *Metrics
 	// CacheMB is the writer's page cache; 0 means DefaultCacheMB.
 	CacheMB int
+	// ReadMmapMB memory-maps up to that much of the file for the read
+	// pool: page reads come straight from the OS page cache instead of a
+	// pread each. 0 leaves it off.
+	ReadMmapMB int
 	// ReadConns is the size of the read pool serving feed pages.
 	ReadConns int
 	// IndexAll makes every account whose follows are stored a viewer of
@@ -193,7 +197,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		writer.Close()
 		return nil, err
 	}
-	reader, err := sql.Open("sqlite", dsn(opts.Path, true))
+	readerDSN := dsn(opts.Path, true)
+	if opts.ReadMmapMB > 0 {
+		readerDSN += fmt.Sprintf("&_pragma=mmap_size(%d)", int64(opts.ReadMmapMB)<<20)
+	}
+	reader, err := sql.Open("sqlite", readerDSN)
 	if err != nil {
 		writer.Close()
 		return nil, fmt.Errorf("open read pool: %w", err)

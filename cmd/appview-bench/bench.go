@@ -121,6 +121,13 @@ func (b *bench) run(ctx context.Context) error {
 
 func (b *bench) daemonConfig() appview.Config {
 	cfg := appview.DefaultConfig()
+	// APPVIEW_ variables tune the daemon under test as they would the
+	// real one (APPVIEW_DATABASE_CACHE_MB=128, …); what the bench sets
+	// below wins.
+	if _, err := appview.ApplyEnv(&cfg, os.Environ()); err != nil {
+		fmt.Fprintf(b.out, "ignoring the environment: %v\n", err)
+		cfg = appview.DefaultConfig()
+	}
 	cfg.Database.Path = b.dbPath
 	cfg.Jetstream.Compression = b.o.compress
 	cfg.Ingest.IndexAll = true
