@@ -19,7 +19,10 @@ import (
 // meanwhile.
 func (b *bench) readPhase(ctx context.Context) (clientResult, error) {
 	var res clientResult
-	b.playlist.Add(replay.Throttle(replay.Stream(b.stream, -1), b.o.readRate))
+	// A database reused from an earlier read phase is ahead of the log:
+	// its frames are skipped, not paced.
+	resume := replay.After(replay.Stream(b.stream, -1), b.daemon.Store().Cursor().TimeUS)
+	b.playlist.Add(replay.Throttle(resume, b.o.readRate))
 	exe, err := os.Executable()
 	if err != nil {
 		return res, err

@@ -34,6 +34,28 @@ func (g *streamSource) Next(context.Context) (workload.Frame, error) {
 	return g.s.Next(), nil
 }
 
+// After drops the frames of src up to the first one past timeUS, so a
+// stream resumed on a database that already holds them starts where it
+// left off instead of spending its pace on frames the consumer would
+// skip. From there on every frame passes, re-sends of older ones included.
+func After(src Source, timeUS int64) Source { return &after{src: src, timeUS: timeUS} }
+
+type after struct {
+	src    Source
+	timeUS int64
+	passed bool
+}
+
+func (a *after) Next(ctx context.Context) (workload.Frame, error) {
+	for {
+		f, err := a.src.Next(ctx)
+		if err != nil || a.passed || f.TimeUS > a.timeUS {
+			a.passed = a.passed || err == nil
+			return f, err
+		}
+	}
+}
+
 // Throttle paces src to perSecond frames a second from the first call. A
 // reader that falls behind catches up by at most maxBurst worth of frames
 // (timer and scheduling jitter), not in a burst after a long stall.
