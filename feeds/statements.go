@@ -14,6 +14,7 @@ var writeSQL = struct {
 	followByKey, insertFollow, updateFollow, deleteFollow string
 	followRemains                                         string
 	recordByKey, insertRecord, updateRecord, deleteRecord string
+	insertNewRecord                                       string
 	tombstoneByKey, upsertTombstone, deleteTombstone      string
 	merge, unmerge, unfeedRecord, unfeedAuthor            string
 	viewerOfFollows, viewerOfFeed, followedByAnyone       string
@@ -48,6 +49,12 @@ var writeSQL = struct {
 	recordByKey: `SELECT id, rev, sort_us FROM records WHERE actor_id = ? AND collection_id = ? AND rkey = ?`,
 	insertRecord: `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+	// insertNewRecord is a create's first try: it returns no row when the
+	// key is already stored (a replay or a late create), and only then is
+	// the record looked up. It saves a create the lookup's descent of
+	// records_by_key, which the insert's uniqueness check makes anyway.
+	insertNewRecord: `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (actor_id, collection_id, rkey) DO NOTHING RETURNING id`,
 	updateRecord: `UPDATE records SET cid = ?2, rev = ?3, body = ?4 WHERE id = ?1`,
 	deleteRecord: `DELETE FROM records WHERE id = ?`,
 
@@ -91,6 +98,7 @@ type statements struct {
 	followByKey, insertFollow, updateFollow, deleteFollow *sql.Stmt
 	followRemains                                         *sql.Stmt
 	recordByKey, insertRecord, updateRecord, deleteRecord *sql.Stmt
+	insertNewRecord                                       *sql.Stmt
 	tombstoneByKey, upsertTombstone, deleteTombstone      *sql.Stmt
 	merge, unmerge, unfeedRecord, unfeedAuthor            *sql.Stmt
 	viewerOfFollows, viewerOfFeed, followedByAnyone       *sql.Stmt
@@ -110,6 +118,7 @@ func prepareStatements(ctx context.Context, db *sql.DB, indexAll bool) (*stateme
 		{&st.updateFollow, writeSQL.updateFollow}, {&st.deleteFollow, writeSQL.deleteFollow},
 		{&st.followRemains, writeSQL.followRemains},
 		{&st.recordByKey, writeSQL.recordByKey}, {&st.insertRecord, writeSQL.insertRecord},
+		{&st.insertNewRecord, writeSQL.insertNewRecord},
 		{&st.updateRecord, writeSQL.updateRecord}, {&st.deleteRecord, writeSQL.deleteRecord},
 		{&st.tombstoneByKey, writeSQL.tombstoneByKey}, {&st.upsertTombstone, writeSQL.upsertTombstone},
 		{&st.deleteTombstone, writeSQL.deleteTombstone},

@@ -13,6 +13,11 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 	if err != nil || !inScope {
 		return err
 	}
+	if c.Op == OpCreate {
+		if done, err := w.createNew(c, actorID, collID); err != nil || done {
+			return err
+		}
+	}
 	var recordID, sortUS int64
 	var oldRev string
 	found, err := w.queryRow(st.recordByKey, []any{actorID, collID, string(c.RKey)}, &recordID, &oldRev, &sortUS)
@@ -91,6 +96,46 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 	}
 	w.res.Applied++
 	return nil
+}
+
+// createNew is the common case of a create: a key not stored yet. It
+// checks the tombstones, inserts the record if its key is free and queues
+// its fan-out. done is false when the key is taken: the caller then looks
+// the record up and compares revisions, as for an update.
+func (w *txWriter) createNew(c *Change, actorID, collID int64) (done bool, err error) {
+	st := w.s.stmts
+	exists, covers, err := w.tombstoned(actorID, collID, c.RKey, c.Rev)
+	if err != nil {
+		return false, err
+	}
+	if covers {
+		w.res.Duplicates++
+		return true, nil
+	}
+	sortUS := c.SortKey()
+	var recordID int64
+	inserted, err := w.queryRow(st.insertNewRecord,
+		[]any{actorID, collID, string(c.RKey), c.CID, c.Rev, sortUS, c.TimeUS, c.CreatedAtUS, string(c.Record)},
+		&recordID)
+	if err != nil {
+		return false, fmt.Errorf("insert record: %w", err)
+	}
+	if !inserted {
+		return false, nil
+	}
+	if exists {
+		if _, err := w.exec(st.deleteTombstone, actorID, collID, string(c.RKey)); err != nil {
+			return false, fmt.Errorf("clear tombstone: %w", err)
+		}
+	}
+	if err := w.storeFields(recordID, collID, c.Record, false); err != nil {
+		return false, err
+	}
+	if err := w.queueFanout(actorID, collID, sortUS, recordID); err != nil {
+		return false, err
+	}
+	w.res.Applied++
+	return true, nil
 }
 
 // unfeedRecord removes a record from every lane carrying its collection,
