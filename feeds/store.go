@@ -44,9 +44,6 @@ type Options struct {
 	Metrics *Metrics
 	// CacheMB is the writer's page cache; 0 means DefaultCacheMB.
 	CacheMB int
-	// CheckpointBytes is the WAL size at which the background checkpointer
-	// copies it back into the database; 0 means checkpointWALBytes.
-	CheckpointBytes int64
 	// ReadMmapMB memory-maps up to that much of the file for the read
 	// pool: page reads come straight from the OS page cache instead of a
 	// pread each. 0 leaves it off.
@@ -70,13 +67,11 @@ type Options struct {
 // readers never wait on the writer and the writer never sees
 // "database is locked".
 type Store struct {
-	writer *sql.DB
-	reader *sql.DB
-	reads  *readStatements // prepared on the read pool
-	// checkpointer folds the WAL back into the file beside the writer.
-	checkpointer *checkpointer
-	log          *slog.Logger
-	metrics      *Metrics
+	writer  *sql.DB
+	reader  *sql.DB
+	reads   *readStatements // prepared on the read pool
+	log     *slog.Logger
+	metrics *Metrics
 
 	lanes         []lane
 	laneByKey     map[laneKey]*lane
@@ -141,6 +136,13 @@ type laneKey struct {
 // DefaultCacheMB is the writer's page cache when Options leave it unset.
 const DefaultCacheMB = 64
 
+// walAutocheckpointPages is how large the WAL grows (in 4 KiB pages) before
+// a commit folds it back into the database. SQLite's default of 1,000 (4
+// MB) is less than one catch-up batch writes, so every commit paid for a
+// checkpoint; at 16,384 (64 MiB) a feed page rewritten by several batches
+// in a row is copied to the database file once.
+const walAutocheckpointPages = 16384
+
 // maxCachedActors bounds the writer's DID cache; past it the cache starts
 // over rather than growing with the network.
 const maxCachedActors = 500_000
@@ -161,10 +163,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.CacheMB <= 0 {
 		opts.CacheMB = DefaultCacheMB
 	}
-	// The writer never checkpoints: the checkpointer does, beside it
-	// (checkpointer.go).
 	writerDSN := dsn(opts.Path, false) +
-		fmt.Sprintf("&_pragma=cache_size(%d)&_pragma=wal_autocheckpoint(0)", -opts.CacheMB*1024)
+		fmt.Sprintf("&_pragma=cache_size(%d)&_pragma=wal_autocheckpoint(%d)", -opts.CacheMB*1024, walAutocheckpointPages)
 	if opts.Sweep.IncrementalVacuum {
 		// Takes effect only on a new file, before the first table.
 		writerDSN += "&_pragma=auto_vacuum(incremental)"
@@ -197,20 +197,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		writer.Close()
 		return nil, err
 	}
-	if opts.CheckpointBytes <= 0 {
-		opts.CheckpointBytes = checkpointWALBytes
-	}
-	if s.checkpointer, err = startCheckpointer(opts.Path, opts.CheckpointBytes, s.log); err != nil {
-		writer.Close()
-		return nil, err
-	}
 	readerDSN := dsn(opts.Path, true)
 	if opts.ReadMmapMB > 0 {
 		readerDSN += fmt.Sprintf("&_pragma=mmap_size(%d)", int64(opts.ReadMmapMB)<<20)
 	}
 	reader, err := sql.Open("sqlite", readerDSN)
 	if err != nil {
-		s.checkpointer.close()
 		writer.Close()
 		return nil, fmt.Errorf("open read pool: %w", err)
 	}
@@ -219,7 +211,6 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	s.reader = reader
 	if s.reads, err = prepareReads(ctx, reader); err != nil {
 		reader.Close()
-		s.checkpointer.close()
 		writer.Close()
 		return nil, err
 	}
@@ -274,9 +265,6 @@ func (s *Store) Close() error {
 	var errs []error
 	if s.reader != nil {
 		errs = append(errs, s.reader.Close())
-	}
-	if s.checkpointer != nil {
-		errs = append(errs, s.checkpointer.close())
 	}
 	errs = append(errs, s.writer.Close())
 	return errors.Join(errs...)
