@@ -101,6 +101,7 @@ func (w *txWriter) commit() error {
 	}
 	w.s.rememberActors(w.newActors)
 	w.s.viewers.apply(w.viewerChanges)
+	w.s.boundWAL(w.ctx)
 	return nil
 }
 

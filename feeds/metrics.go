@@ -16,7 +16,8 @@ type Metrics struct {
 	cursorTimeUS prometheus.Gauge
 	sweep        *sweepMetrics  // sweep_metrics.go
 	cursor       *cursorMetrics // metrics_cursor.go
-	fields       *fieldMetrics  // metrics_fields.go
+	walRestarts  prometheus.Counter
+	fields       *fieldMetrics // metrics_fields.go
 }
 
 // NewMetrics registers the ingest metrics on reg.
@@ -44,11 +45,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Time of the last committed stream cursor (its time_us, as unix seconds).",
 		}),
 	}
-	reg.MustRegister(m.batches, m.commitTime, m.changes, m.feedRows, m.cursorTimeUS)
+	m.walRestarts = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "appview", Subsystem: "database", Name: "wal_restarts_total",
+		Help: "RESTART checkpoints run because readers kept the WAL from rewinding (wal.go).",
+	})
+	reg.MustRegister(m.batches, m.commitTime, m.changes, m.feedRows, m.cursorTimeUS, m.walRestarts)
 	m.sweep = newSweepMetrics(reg)
 	m.cursor = newCursorMetrics(reg)
 	m.fields = newFieldMetrics(reg)
 	return m
+}
+
+func (m *Metrics) walRestarted() {
+	if m == nil || m.walRestarts == nil {
+		return
+	}
+	m.walRestarts.Inc()
 }
 
 func (m *Metrics) observeBatch(r BatchResult, took time.Duration, cursorTimeUS int64) {

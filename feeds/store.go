@@ -44,6 +44,9 @@ type Options struct {
 	Metrics *Metrics
 	// CacheMB is the writer's page cache; 0 means DefaultCacheMB.
 	CacheMB int
+	// WALPages is the WAL size, in pages, at which a commit checkpoints;
+	// 0 means walAutocheckpointPages. Tests lower it.
+	WALPages int
 	// ReadMmapMB memory-maps up to that much of the file for the read
 	// pool: page reads come straight from the OS page cache instead of a
 	// pread each. 0 leaves it off.
@@ -67,11 +70,14 @@ type Options struct {
 // readers never wait on the writer and the writer never sees
 // "database is locked".
 type Store struct {
-	writer  *sql.DB
-	reader  *sql.DB
-	reads   *readStatements // prepared on the read pool
-	log     *slog.Logger
-	metrics *Metrics
+	writer *sql.DB
+	reader *sql.DB
+	reads  *readStatements // prepared on the read pool
+	path   string          // of the database file; its WAL is path + "-wal"
+	// walPages is the writer's wal_autocheckpoint (wal.go).
+	walPages int
+	log      *slog.Logger
+	metrics  *Metrics
 
 	lanes         []lane
 	laneByKey     map[laneKey]*lane
@@ -163,8 +169,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.CacheMB <= 0 {
 		opts.CacheMB = DefaultCacheMB
 	}
+	if opts.WALPages <= 0 {
+		opts.WALPages = walAutocheckpointPages
+	}
+	// journal_size_limit truncates the WAL file when it rewinds, so its
+	// size says how much it holds, which boundWAL watches (wal.go).
 	writerDSN := dsn(opts.Path, false) +
-		fmt.Sprintf("&_pragma=cache_size(%d)&_pragma=wal_autocheckpoint(%d)", -opts.CacheMB*1024, walAutocheckpointPages)
+		fmt.Sprintf("&_pragma=cache_size(%d)&_pragma=wal_autocheckpoint(%d)&_pragma=journal_size_limit(%d)",
+			-opts.CacheMB*1024, opts.WALPages, walRestartFactor*opts.WALPages*4096)
 	if opts.Sweep.IncrementalVacuum {
 		// Takes effect only on a new file, before the first table.
 		writerDSN += "&_pragma=auto_vacuum(incremental)"
@@ -178,6 +190,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	writer.SetConnMaxLifetime(0)
 	writer.SetConnMaxIdleTime(0)
 	s := &Store{
+		path:          opts.Path,
+		walPages:      opts.WALPages,
 		writer:        writer,
 		log:           opts.Logger.With("component", "feeds"),
 		metrics:       opts.Metrics,
