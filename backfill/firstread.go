@@ -142,7 +142,6 @@ func (s *Service) start(key viewerKey, slot *queueSlot) (*firstRead, error) {
 	r := &firstRead{done: make(chan struct{})}
 	s.running[key] = r
 	go func() {
-		defer run.release()
 		ctx, cancel := context.WithTimeout(s.background(), s.cfg.RunTimeout)
 		defer cancel()
 		select {
@@ -152,6 +151,10 @@ func (s *Service) start(key viewerKey, slot *queueSlot) (*firstRead, error) {
 		case <-ctx.Done():
 			r.err = ctx.Err()
 		}
+		// The place is given back before anyone hears the run ended: a
+		// caller answered at done may ask again at once and must find it
+		// free (TestAdmissionConfigTakesEffect caught the other order).
+		run.release()
 		s.mu.Lock()
 		delete(s.running, key)
 		s.mu.Unlock()
