@@ -62,6 +62,8 @@ type JetstreamConfig struct {
 	MaxFrameBytes int64         `yaml:"max_frame_bytes"`
 	ReadTimeout   time.Duration `yaml:"read_timeout"`
 	// QueueSize bounds the channel between the read loop and the writer.
+	// A catch-up batch grows only while events are queued, so the queue
+	// must hold a good part of one (docs/benchmarks.md).
 	QueueSize int `yaml:"queue_size"`
 	// RetentionWindow is how far back the upstream replays (Jetstream
 	// keeps about 36 h). A stored cursor older than that at reconnect is
@@ -149,13 +151,13 @@ func DefaultConfig() Config {
 			Compression:     true,
 			MaxFrameBytes:   1 << 20,
 			ReadTimeout:     60 * time.Second,
-			QueueSize:       4096,
+			QueueSize:       16384,
 			RetentionWindow: 36 * time.Hour,
 		},
 		Ingest: IngestConfig{
 			BatchSize:        1000,
 			BatchInterval:    100 * time.Millisecond,
-			CatchupBatchSize: 10000,
+			CatchupBatchSize: 30000,
 			IndexAll:         false,
 		},
 		HTTP:      HTTPConfig{Listen: ":8080"},

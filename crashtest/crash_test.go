@@ -111,6 +111,8 @@ func runScenario(t *testing.T, sc scenario) *Harness {
 	h.Env = append([]string{
 		"APPVIEW_INGEST_BATCH_INTERVAL=50ms",
 		"APPVIEW_INGEST_BATCH_SIZE=250",
+		// Catch-up batches on, but small: many batch boundaries to kill at.
+		"APPVIEW_INGEST_CATCHUP_BATCH_SIZE=2000",
 		// Small, so that a connection dropped every few hundred frames
 		// still moves forward; big enough to replay a few batches.
 		"APPVIEW_JETSTREAM_REWIND=100ms",
