@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/internal/testclock"
 	"github.com/atfeeds/appview/jetstream/jetstreamtest"
 )
 
@@ -55,24 +55,6 @@ func TestStatusPage(t *testing.T) {
 	}
 }
 
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // The counts come from a snapshot: requests within statusCountsEvery get
 // the same one, a later request gets the old one and causes a recount.
 func TestStatusCountsAreCached(t *testing.T) {
@@ -85,8 +67,8 @@ func TestStatusCountsAreCached(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
-	p := newStatusPage(store, "test", testLogger(t), clock.now)
+	clock := testclock.New(time.Unix(1_800_000_000, 0))
+	p := newStatusPage(store, "test", testLogger(t), clock.Now)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx) }()
@@ -124,22 +106,22 @@ func TestStatusCountsAreCached(t *testing.T) {
 	}
 
 	first := status()
-	if first.CountsAsOf == nil || !first.CountsAsOf.Equal(clock.now()) || *first.Follows != 0 {
+	if first.CountsAsOf == nil || !first.CountsAsOf.Equal(clock.Now()) || *first.Follows != 0 {
 		t.Fatalf("first: as of %v, follows %v", first.CountsAsOf, first.Follows)
 	}
 	follow("f1")
-	clock.add(statusCountsEvery / 2)
+	clock.Advance(statusCountsEvery / 2)
 	if r := status(); !r.CountsAsOf.Equal(*first.CountsAsOf) || *r.Follows != 0 {
 		t.Fatalf("within the interval: as of %v, follows %d; want the cached snapshot", r.CountsAsOf, *r.Follows)
 	}
-	clock.add(statusCountsEvery / 2)
+	clock.Advance(statusCountsEvery / 2)
 	if r := status(); !r.CountsAsOf.Equal(*first.CountsAsOf) {
 		t.Fatalf("a due request is answered from the old snapshot, got one as of %v", r.CountsAsOf)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		r := status()
-		if r.CountsAsOf.Equal(clock.now()) {
+		if r.CountsAsOf.Equal(clock.Now()) {
 			if *r.Follows != 1 {
 				t.Fatalf("recount: follows %d, want 1", *r.Follows)
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/atfeeds/appview/directory/plctest"
 	"github.com/atfeeds/appview/egress"
+	"github.com/atfeeds/appview/internal/testclock"
 )
 
 const (
@@ -23,30 +24,12 @@ const (
 	pds2  = "https://pds2.example.com"
 )
 
-// clock is a settable clock for cache expiry.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // newTestDirectory returns a Directory backed by plc, which also resolves
 // handles. The HTTP client may reach loopback (the fake PLC lives there);
 // PDS endpoints are still checked because AllowPrivateNetworks is off.
-func newTestDirectory(t *testing.T, plc *plctest.Server, mod func(*Config)) (*Directory, *clock) {
+func newTestDirectory(t *testing.T, plc *plctest.Server, mod func(*Config)) (*Directory, *testclock.Clock) {
 	t.Helper()
-	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	cfg := Config{
 		PLCURL:            plc.URL(),
 		HandleResolverURL: plc.URL(),

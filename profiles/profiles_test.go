@@ -16,6 +16,7 @@ import (
 	"github.com/atfeeds/appview/directory/plctest"
 	"github.com/atfeeds/appview/egress"
 	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/internal/testclock"
 	"github.com/atfeeds/appview/pds"
 	"github.com/atfeeds/appview/pds/pdstest"
 )
@@ -26,24 +27,6 @@ const (
 	avatar     = "bafkreibme22gw2h7y2h7tg2fhqotaqjucnbc24deqo72b6mkl2egezxhvy"
 )
 
-// clock is a settable clock for the retry hold-back.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // world is a store whose only viewer, alice, follows the given accounts,
 // a fake PLC and PDS on loopback, and a running Service.
 type world struct {
@@ -52,7 +35,7 @@ type world struct {
 	pds   *pdstest.Server
 	svc   *Service
 	reg   *prometheus.Registry
-	clock *clock
+	clock *testclock.Clock
 }
 
 func did(name string) syntax.DID { return syntax.DID("did:plc:" + name) }
@@ -60,7 +43,7 @@ func did(name string) syntax.DID { return syntax.DID("did:plc:" + name) }
 func newWorld(t *testing.T, cfg Config, followed ...string) *world {
 	t.Helper()
 	w := &world{plc: plctest.NewServer(), pds: pdstest.NewServer(), reg: prometheus.NewRegistry(),
-		clock: &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+		clock: testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 	t.Cleanup(w.plc.Close)
 	t.Cleanup(w.pds.Close)
 	ctx := context.Background()
