@@ -56,16 +56,25 @@ func appendFeedResponse(dst []byte, resp *feedResponse) ([]byte, error) {
 		dst = appendJSONString(dst, resp.Cursor)
 	}
 	if resp.Profiles != nil {
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(*resp.Profiles); err != nil {
+		dst = append(dst, `,"profiles":`...)
+		var err error
+		if dst, err = appendEncoded(dst, *resp.Profiles); err != nil {
 			return dst, err
 		}
-		dst = append(dst, `,"profiles":`...)
-		dst = append(dst, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
 	}
 	return append(dst, "}\n"...), nil
+}
+
+// appendEncoded appends v as encoding/json writes it for the API: HTML
+// characters left alone, no trailing newline.
+func appendEncoded(dst []byte, v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return dst, err
+	}
+	return append(dst, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...), nil
 }
 
 // appendJSONString appends s as a JSON string. The fields of a feed record
@@ -76,11 +85,8 @@ func appendFeedResponse(dst []byte, resp *feedResponse) ([]byte, error) {
 func appendJSONString(dst []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			var buf bytes.Buffer
-			enc := json.NewEncoder(&buf)
-			enc.SetEscapeHTML(false)
-			_ = enc.Encode(s) // a string always encodes
-			return append(dst, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+			dst, _ = appendEncoded(dst, s) // a string always encodes
+			return dst
 		}
 	}
 	dst = append(dst, '"')
