@@ -47,6 +47,11 @@ type DatabaseConfig struct {
 	// connections serving getFeed (0: off). Mapped pages the reads touch
 	// count toward the daemon's RSS, though the kernel can drop them.
 	ReadMmapMB int `yaml:"read_mmap_mb"`
+	// RecordCacheMB bounds the in-memory cache of the records getFeed
+	// pages show (0: off). The newest posts of followed accounts are on
+	// many viewers' first pages, so most of a page comes from it instead
+	// of a b-tree descent and a pread per item.
+	RecordCacheMB int `yaml:"record_cache_mb"`
 }
 
 // JetstreamConfig describes the upstream firehose connection.
@@ -139,7 +144,7 @@ const (
 // call returns fresh slices, so callers may modify the result.
 func DefaultConfig() Config {
 	return Config{
-		Database: DatabaseConfig{Path: "./appview.db", CacheMB: 64},
+		Database: DatabaseConfig{Path: "./appview.db", CacheMB: 64, RecordCacheMB: 32},
 		Jetstream: JetstreamConfig{
 			URLs: []string{
 				"wss://jetstream2.us-east.bsky.network/subscribe",

@@ -36,6 +36,9 @@ func (c Config) Validate() error {
 	if n := c.Database.ReadMmapMB; n < 0 || n > 1<<20 {
 		fail("database.read_mmap_mb", "must be between 0 and 1048576")
 	}
+	if n := c.Database.RecordCacheMB; n < 0 || n > 1<<20 {
+		fail("database.record_cache_mb", "must be between 0 and 1048576")
+	}
 	if c.Database.Path == "" {
 		fail("database.path", "must not be empty")
 	}

@@ -63,14 +63,15 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 
 	storeFeeds, specs := feedDefinitions(cfg)
 	store, err := feeds.Open(ctx, feeds.Options{
-		Path:       cfg.Database.Path,
-		CacheMB:    cfg.Database.CacheMB,
-		ReadMmapMB: cfg.Database.ReadMmapMB,
-		Feeds:      storeFeeds,
-		Logger:     log,
-		Metrics:    feeds.NewMetrics(reg),
-		IndexAll:   cfg.Ingest.IndexAll,
-		Profiles:   cfg.Hydration.Profiles,
+		Path:          cfg.Database.Path,
+		CacheMB:       cfg.Database.CacheMB,
+		ReadMmapMB:    cfg.Database.ReadMmapMB,
+		RecordCacheMB: cfg.Database.RecordCacheMB,
+		Feeds:         storeFeeds,
+		Logger:        log,
+		Metrics:       feeds.NewMetrics(reg),
+		IndexAll:      cfg.Ingest.IndexAll,
+		Profiles:      cfg.Hydration.Profiles,
 		Sweep: feeds.SweepOptions{
 			Actors:           cfg.Sweep.Actors,
 			RecoveryInterval: cfg.Sweep.RecoveryInterval,

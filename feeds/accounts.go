@@ -44,6 +44,7 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 	if a.Status != "deleted" {
 		return nil
 	}
+	w.changedAllRecords = true
 	for _, q := range []string{
 		`DELETE FROM records WHERE actor_id = ?`,
 		`DELETE FROM feed_items WHERE viewer_id = ?`,

@@ -27,7 +27,7 @@ func MustOpen(tb testing.TB, feeds []Feed) *Store {
 
 func mustOpenAt(tb testing.TB, path string, feeds []Feed) *Store {
 	tb.Helper()
-	return mustOpenWith(tb, Options{Path: path, Feeds: feeds, IndexAll: true})
+	return mustOpenWith(tb, Options{Path: path, Feeds: feeds, IndexAll: true, RecordCacheMB: 4})
 }
 
 func mustOpenWith(tb testing.TB, opts Options) *Store {

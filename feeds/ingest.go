@@ -101,6 +101,7 @@ func (w *txWriter) commit() error {
 	}
 	w.s.rememberActors(w.newActors)
 	w.s.viewers.apply(w.viewerChanges)
+	w.s.recordCache.forget(w.changedRecords, w.changedAllRecords)
 	w.s.boundWAL(w.ctx)
 	return nil
 }
@@ -122,6 +123,19 @@ type txWriter struct {
 	pendingFanout int
 	// viewerChanges reach the in-memory viewer set once committed.
 	viewerChanges []viewerChange
+	// changedRecords were updated or deleted (changedAllRecords: an
+	// account's records were deleted wholesale); the record cache forgets
+	// them once committed.
+	changedRecords    []int64
+	changedAllRecords bool
+}
+
+// recordChanged notes a record updated or deleted in this transaction, for
+// the record cache.
+func (w *txWriter) recordChanged(id int64) {
+	if w.s.recordCache != nil {
+		w.changedRecords = append(w.changedRecords, id)
+	}
 }
 
 // stmt binds a prepared statement to the batch transaction once.

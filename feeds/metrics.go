@@ -17,7 +17,8 @@ type Metrics struct {
 	sweep        *sweepMetrics  // sweep_metrics.go
 	cursor       *cursorMetrics // metrics_cursor.go
 	walRestarts  prometheus.Counter
-	fields       *fieldMetrics // metrics_fields.go
+	fields       *fieldMetrics       // metrics_fields.go
+	recordCache  *recordCacheMetrics // metrics_record_cache.go
 }
 
 // NewMetrics registers the ingest metrics on reg.
@@ -53,6 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.sweep = newSweepMetrics(reg)
 	m.cursor = newCursorMetrics(reg)
 	m.fields = newFieldMetrics(reg)
+	m.recordCache = newRecordCacheMetrics(reg)
 	return m
 }
 

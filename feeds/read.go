@@ -6,23 +6,28 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 )
 
-// readPageSQL reads one page straight off the feed_items primary key
-// (viewer, lane, sort_us, record_id) in reverse: the row-value comparison
-// lets the index seek to the cursor, so a page costs the same however long
-// the feed is and never sorts it.
-//
-// The collection is the lane's, so it is not joined per row; the viewer is
-// looked up in the same statement (an unknown viewer reads an empty page).
+// readPageSQL reads the keys of one page straight off the feed_items
+// primary key (viewer, lane, sort_us, record_id) in reverse: the row-value
+// comparison lets the index seek to the cursor, so a page costs the same
+// however long the feed is and never sorts it. The viewer is looked up in
+// the same statement (an unknown viewer reads an empty page). The records
+// come from the record cache, and those it misses from readRecordsSQL.
 const readPageSQL = `
-	SELECT fi.sort_us, fi.record_id, a.did, r.rkey, r.cid, r.indexed_us, r.body
+	SELECT fi.sort_us, fi.record_id
 	FROM feed_items fi
-	JOIN records r ON r.id = fi.record_id
-	JOIN actors a ON a.id = r.actor_id
 	WHERE fi.viewer_id = (SELECT id FROM actors WHERE did = ?1) AND fi.target_id = ?2 AND (fi.sort_us, fi.record_id) < (?3, ?4)
 	ORDER BY fi.sort_us DESC, fi.record_id DESC
 	LIMIT ?5`
+
+// readRecordsSQL reads the records of a page the cache missed, by id (a
+// JSON array): one rowid seek each.
+const readRecordsSQL = `
+	SELECT r.id, a.did, r.rkey, r.cid, r.indexed_us, r.body
+	FROM records r JOIN actors a ON a.id = r.actor_id
+	WHERE r.id IN (SELECT value FROM json_each(?1))`
 
 // ReadFeed returns one page of a viewer's feed, newest first. A viewer the
 // store has never seen has an empty feed. It returns ErrUnknownLane for a
@@ -51,34 +56,118 @@ func (s *Store) ReadFeed(ctx context.Context, q PageQuery) (Page, error) {
 		return s.readFiltered(ctx, l, viewerID, before, q)
 	}
 	// One row more than asked tells whether another page exists.
-	rows, err := s.reads.page.QueryContext(ctx, string(q.Viewer), l.id, before.SortUS, before.RecordID, q.Limit+1)
+	epoch := s.recordCache.snapshot()
+	keys, err := s.readPageKeys(ctx, q, l, before)
 	if err != nil {
-		return Page{}, fmt.Errorf("read feed page: %w", err)
+		return Page{}, err
 	}
-	defer rows.Close()
-	collection := string(l.collection)
-	items := make([]Item, 0, q.Limit)
-	more := false
-	for rows.Next() {
-		if len(items) == q.Limit {
-			more = true
-			break
-		}
-		it := Item{Collection: collection}
-		if err := scanItem(rows, &it.Key.SortUS, &it.Key.RecordID, &it); err != nil {
-			return Page{}, err
-		}
-		items = append(items, it)
+	more := len(keys) > q.Limit
+	if more {
+		keys = keys[:q.Limit]
 	}
-	if err := rows.Err(); err != nil {
-		return Page{}, fmt.Errorf("read feed page: %w", err)
+	items, err := s.pageItems(ctx, epoch, string(l.collection), keys)
+	if err != nil {
+		return Page{}, err
 	}
 	page := Page{Items: items}
-	if more {
+	if more && len(items) > 0 {
 		last := items[len(items)-1].Key
 		page.Next = &last
 	}
 	return page, nil
+}
+
+// readPageKeys reads the keys of up to limit+1 items before the cursor.
+func (s *Store) readPageKeys(ctx context.Context, q PageQuery, l *lane, before PageKey) ([]PageKey, error) {
+	rows, err := s.reads.page.QueryContext(ctx, string(q.Viewer), l.id, before.SortUS, before.RecordID, q.Limit+1)
+	if err != nil {
+		return nil, fmt.Errorf("read feed page: %w", err)
+	}
+	defer rows.Close()
+	keys := make([]PageKey, 0, q.Limit+1)
+	for rows.Next() {
+		var k PageKey
+		if err := rows.Scan(&k.SortUS, &k.RecordID); err != nil {
+			return nil, fmt.Errorf("read feed row: %w", err)
+		}
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read feed page: %w", err)
+	}
+	return keys, nil
+}
+
+// pageItems turns page keys into items, from the record cache or, for
+// the records it misses, from one query, which fills the cache. A record
+// deleted since the keys were read is left out: the page shows the newer
+// state.
+func (s *Store) pageItems(ctx context.Context, epoch uint64, collection string, keys []PageKey) ([]Item, error) {
+	items := make([]Item, 0, len(keys))
+	recs := make([]*cachedRecord, len(keys))
+	var missing []int
+	for i, k := range keys {
+		if r, ok := s.recordCache.get(k.RecordID); ok {
+			recs[i] = r
+		} else {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 {
+		if err := s.readMissing(ctx, epoch, collection, keys, recs, missing); err != nil {
+			return nil, err
+		}
+	}
+	s.metrics.observeRecordCache(len(keys)-len(missing), len(missing), s.recordCache)
+	for i, r := range recs {
+		if r == nil {
+			continue
+		}
+		items = append(items, Item{
+			URI: r.uri, CID: r.cid, DID: r.did, Collection: collection, RKey: r.rkey,
+			TimeUS: r.timeUS, Value: r.value, Key: keys[i],
+		})
+	}
+	return items, nil
+}
+
+// readMissing reads the records at keys[missing] into recs and caches
+// them.
+func (s *Store) readMissing(ctx context.Context, epoch uint64, collection string, keys []PageKey, recs []*cachedRecord, missing []int) error {
+	ids := make([]byte, 0, 16*len(missing))
+	ids = append(ids, '[')
+	at := make(map[int64][]int, len(missing))
+	for n, i := range missing {
+		if n > 0 {
+			ids = append(ids, ',')
+		}
+		id := keys[i].RecordID
+		ids = strconv.AppendInt(ids, id, 10)
+		at[id] = append(at[id], i)
+	}
+	ids = append(ids, ']')
+	rows, err := s.reads.records.QueryContext(ctx, string(ids))
+	if err != nil {
+		return fmt.Errorf("read feed records: %w", err)
+	}
+	defer rows.Close()
+	fresh := make([]*cachedRecord, 0, len(missing))
+	for rows.Next() {
+		r := &cachedRecord{}
+		if err := rows.Scan(&r.id, &r.did, &r.rkey, &r.cid, &r.timeUS, (*[]byte)(&r.value)); err != nil {
+			return fmt.Errorf("read feed record: %w", err)
+		}
+		r.uri = "at://" + r.did + "/" + collection + "/" + r.rkey
+		for _, i := range at[r.id] {
+			recs[i] = r
+		}
+		fresh = append(fresh, r)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read feed records: %w", err)
+	}
+	s.recordCache.put(epoch, fresh)
+	return nil
 }
 
 // scanItem scans a row of two head columns followed by the record columns
@@ -98,6 +187,7 @@ func scanItem(rows *sql.Rows, head1, head2 any, it *Item) error {
 type readStatements struct {
 	viewerID *sql.Stmt
 	page     *sql.Stmt
+	records  *sql.Stmt
 }
 
 func prepareReads(ctx context.Context, db *sql.DB) (*readStatements, error) {
@@ -109,6 +199,11 @@ func prepareReads(ctx context.Context, db *sql.DB) (*readStatements, error) {
 	if r.page, err = db.PrepareContext(ctx, readPageSQL); err != nil {
 		r.viewerID.Close()
 		return nil, fmt.Errorf("prepare page read: %w", err)
+	}
+	if r.records, err = db.PrepareContext(ctx, readRecordsSQL); err != nil {
+		r.viewerID.Close()
+		r.page.Close()
+		return nil, fmt.Errorf("prepare page records read: %w", err)
 	}
 	return &r, nil
 }

@@ -117,11 +117,15 @@ func (w *txWriter) retireRecords(afterUS, afterID, endUS, endID, cutoff int64) (
 	seen := map[key]bool{}
 	for rows.Next() {
 		var k key
-		if err := rows.Scan(&k.actor, &k.coll); err != nil {
+		var id int64
+		if err := rows.Scan(&id, &k.actor, &k.coll); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("retire records: %w", err)
 		}
 		n++
+		// No feed holds a retired record, but its id may be handed out
+		// again.
+		w.recordChanged(id)
 		if !seen[k] {
 			seen[k] = true
 			accounts = append(accounts, k)

@@ -51,6 +51,9 @@ type Options struct {
 	// pool: page reads come straight from the OS page cache instead of a
 	// pread each. 0 leaves it off.
 	ReadMmapMB int
+	// RecordCacheMB bounds the record cache serving feed pages
+	// (record_cache.go); 0 turns it off.
+	RecordCacheMB int
 	// ReadConns is the size of the read pool serving feed pages.
 	ReadConns int
 	// IndexAll makes every account whose follows are stored a viewer of
@@ -73,6 +76,9 @@ type Store struct {
 	writer *sql.DB
 	reader *sql.DB
 	reads  *readStatements // prepared on the read pool
+	// recordCache serves the records feed pages show; the writer forgets
+	// the ones it changed after each commit (record_cache.go).
+	recordCache *recordCache
 	path   string          // of the database file; its WAL is path + "-wal"
 	// walPages is the writer's wal_autocheckpoint (wal.go).
 	walPages int
@@ -206,6 +212,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		sweep:         sweeper{opts: opts.Sweep.withDefaults()},
 		backlogSlice:  fieldBacklogSlice,
 		viewers:       newViewerSet(),
+		recordCache:   newRecordCache(int64(opts.RecordCacheMB) << 20),
 	}
 	if err := s.init(ctx, opts); err != nil {
 		writer.Close()

@@ -91,7 +91,7 @@ var sweepSQL = struct {
 			AND f.subject_id = records.actor_id AND f.collection_id = t.follow_collection_id
 			AND fi.viewer_id = f.actor_id AND fi.target_id = t.id
 			AND fi.sort_us = records.sort_us AND fi.record_id = records.id)
-		RETURNING actor_id, collection_id`,
+		RETURNING id, actor_id, collection_id`,
 	// retainListing makes a complete listing of an account whose records
 	// were retired incomplete again (the invalidation scope.go uses), so
 	// the account is fetched again when a viewer needs it. A listing in

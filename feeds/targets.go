@@ -50,6 +50,7 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 			if _, err := w.exec(st.deleteRecord, recordID); err != nil {
 				return fmt.Errorf("delete record: %w", err)
 			}
+			w.recordChanged(recordID)
 		}
 		w.res.Applied++
 		return nil
@@ -63,6 +64,7 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 		if _, err := w.exec(st.updateRecord, recordID, c.CID, c.Rev, string(c.Record)); err != nil {
 			return fmt.Errorf("update record: %w", err)
 		}
+		w.recordChanged(recordID)
 		if err := w.storeFields(recordID, collID, c.Record, true); err != nil {
 			return err
 		}

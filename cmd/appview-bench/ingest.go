@@ -48,17 +48,11 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 		return res, err
 	}
 	defer main.Close()
-	if b.o.cpuProfile != "" {
-		f, err := os.Create(b.o.cpuProfile)
-		if err != nil {
-			return res, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return res, err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startProfile(b.o.cpuProfile)
+	if err != nil {
+		return res, err
 	}
+	defer stopProfile()
 	resetPeakRSS()
 	metrics, err := scrape(ctx, b.base)
 	if err != nil {
@@ -127,4 +121,21 @@ func (b *bench) printIngest(res ingestResult) {
 	if n := b.logs.warnings.Load(); n > 0 {
 		fmt.Fprintf(b.out, "daemon logged %d warnings or errors (%d mention \"locked\")\n", n, b.logs.locked.Load())
 	}
+}
+
+// startProfile starts a CPU profile into path (none when path is empty);
+// the returned function stops it and closes the file.
+func startProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -37,7 +37,7 @@ type options struct {
 	readClients                        int
 	readRate                           float64
 	limit                              int
-	cpuProfile                         string
+	cpuProfile, readCPUProfile         string
 	logLevel                           string
 
 	// client mode: the getFeed load generator, run as a child process
@@ -65,6 +65,7 @@ func main() {
 	flag.Float64Var(&o.readRate, "read-rate", 1000, "ingest rate (events/s) while the clients read")
 	flag.IntVar(&o.limit, "limit", 50, "getFeed page size")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed ingest to this file")
+	flag.StringVar(&o.readCPUProfile, "read-cpuprofile", "", "write a CPU profile of the daemon during the read phase to this file (the client process is not in it)")
 	flag.StringVar(&o.logLevel, "log-level", "error", "daemon log level (warnings are counted either way; the malformed frames make some)")
 	flag.BoolVar(&o.client, "client", false, "run as the getFeed client process (used by the read phase)")
 	flag.StringVar(&o.target, "target", "", "client mode: base URL of the daemon")

@@ -57,8 +57,13 @@ func (b *bench) readPhase(ctx context.Context) (clientResult, error) {
 		sent0, cursor0 = b.server.Sent(), b.daemon.Store().Cursor().TimeUS
 	case <-ctx.Done():
 	}
+	stopProfile, err := startProfile(b.o.readCPUProfile)
+	if err != nil {
+		return res, err
+	}
 	t0 := time.Now()
 	waitErr := cmd.Wait()
+	stopProfile()
 	t1 = time.Now()
 	sent1, cursor1 = b.server.Sent(), b.daemon.Store().Cursor().TimeUS
 	if waitErr != nil {
@@ -78,6 +83,15 @@ func (b *bench) readPhase(ctx context.Context) (clientResult, error) {
 	}
 	fmt.Fprintf(b.out, "ingest meanwhile: %.0f events/s served, cursor advanced %.1fs of stream time in %.1fs\n",
 		float64(sent1-sent0)/secs, float64(cursor1-cursor0)/1e6, secs)
+	if m, err := scrape(ctx, b.base); err == nil {
+		hits := m.sum(`appview_feed_record_cache_lookups_total{result="hit"}`)
+		misses := m.sum(`appview_feed_record_cache_lookups_total{result="miss"}`)
+		if hits+misses > 0 {
+			fmt.Fprintf(b.out, "record cache: %.0f%% of page items hit, %.1f MiB held (database.record_cache_mb)\n",
+				100*hits/(hits+misses), m.sum("appview_feed_record_cache_bytes")/(1<<20))
+		}
+	}
+	fmt.Fprintf(b.out, "daemon RSS after the read phase %.0f MiB\n", float64(procStatus("VmRSS"))/(1<<20))
 	if n := b.logs.warnings.Load(); n > 0 {
 		fmt.Fprintf(b.out, "daemon logged %d warnings or errors so far (%d mention \"locked\")\n", n, b.logs.locked.Load())
 	}

@@ -1,0 +1,41 @@
+package feeds
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// recordCacheMetrics shows how well the record cache (record_cache.go)
+// serves feed pages: a low hit share means the cache is too small for
+// the records pages show.
+type recordCacheMetrics struct {
+	hits, misses prometheus.Counter
+	bytes        prometheus.Gauge
+}
+
+func newRecordCacheMetrics(reg prometheus.Registerer) *recordCacheMetrics {
+	lookups := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "appview", Subsystem: "feed", Name: "record_cache_lookups_total",
+		Help: "Records a feed page looked up in the record cache, by result: hit, or miss (read from the database).",
+	}, []string{"result"})
+	m := &recordCacheMetrics{
+		hits:   lookups.WithLabelValues("hit"),
+		misses: lookups.WithLabelValues("miss"),
+		bytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "appview", Subsystem: "feed", Name: "record_cache_bytes",
+			Help: "Approximate bytes the record cache holds (database.record_cache_mb bounds it).",
+		}),
+	}
+	reg.MustRegister(lookups, m.bytes)
+	return m
+}
+
+// observeRecordCache counts one page's lookups and the cache's size.
+func (m *Metrics) observeRecordCache(hits, misses int, c *recordCache) {
+	if m == nil || m.recordCache == nil || c == nil {
+		return
+	}
+	m.recordCache.hits.Add(float64(hits))
+	m.recordCache.misses.Add(float64(misses))
+	if misses > 0 {
+		_, b := c.stats()
+		m.recordCache.bytes.Set(float64(b))
+	}
+}

@@ -1,0 +1,159 @@
+package feeds
+
+import (
+	"container/list"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+)
+
+// recordCache keeps what a feed page shows of recently read records (the
+// author's DID, rkey, CID, time and body) by record id, bounded in bytes
+// and evicted least recently used.
+//
+// At full size the records table is far larger than a reader's page cache,
+// so without it each of a page's 50 items costs a descent of the records
+// b-tree, usually ending in a pread. A post reaches every follower of its
+// author and the newest posts are what first pages show, so the same
+// records are read over and over; with the cache a page is one range read
+// of feed_items plus one lookup of the records it misses
+// (docs/benchmarks.md).
+//
+// Staleness: a record's shown fields change only when the writer updates
+// or deletes it (an id freed by a delete can be handed to the next
+// record). After every commit that did, and before the next write
+// transaction starts, the writer forgets those ids and bumps the epoch. A
+// reader takes the epoch before its query and may fill the cache only if
+// no commit forgot anything since: a read that saw rows older than a
+// commit can never put them back after the commit forgot them.
+type recordCache struct {
+	maxBytes int64
+	epoch    atomic.Uint64
+
+	mu    sync.Mutex
+	bytes int64
+	byID  map[int64]*list.Element // of *cachedRecord
+	lru   list.List               // front: most recently used
+}
+
+// cachedRecord is an immutable copy of a record's page fields: readers
+// share it, so nobody may change it (or its Value's bytes) once cached.
+type cachedRecord struct {
+	id     int64
+	did    string
+	rkey   string
+	cid    string
+	timeUS int64
+	value  json.RawMessage
+	uri    string // at://did/collection/rkey
+}
+
+// cachedRecordOverhead approximates the bytes an entry costs beyond its
+// strings: the struct, the list element and the map slot.
+const cachedRecordOverhead = 200
+
+func (r *cachedRecord) size() int64 {
+	return int64(cachedRecordOverhead + len(r.did) + len(r.rkey) + len(r.cid) + len(r.value) + len(r.uri))
+}
+
+// newRecordCache returns a cache of up to maxBytes; nil when maxBytes is
+// 0, and a nil cache holds nothing.
+func newRecordCache(maxBytes int64) *recordCache {
+	if maxBytes <= 0 {
+		return nil
+	}
+	return &recordCache{maxBytes: maxBytes, byID: map[int64]*list.Element{}}
+}
+
+// snapshot returns the epoch to pass to put for rows read from a query
+// started after this call.
+func (c *recordCache) snapshot() uint64 {
+	if c == nil {
+		return 0
+	}
+	return c.epoch.Load()
+}
+
+// get returns the cached record of id.
+func (c *recordCache) get(id int64) (*cachedRecord, bool) {
+	if c == nil {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.byID[id]
+	if !ok {
+		return nil, false
+	}
+	c.lru.MoveToFront(e)
+	return e.Value.(*cachedRecord), true
+}
+
+// put caches records read by a query started after snapshot returned
+// epoch, unless a commit forgot records since.
+func (c *recordCache) put(epoch uint64, recs []*cachedRecord) {
+	if c == nil || len(recs) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.epoch.Load() != epoch {
+		return
+	}
+	for _, r := range recs {
+		n := r.size()
+		if n > c.maxBytes/16 {
+			continue // one outsized record must not flush the cache
+		}
+		if e, ok := c.byID[r.id]; ok {
+			c.bytes -= e.Value.(*cachedRecord).size()
+			e.Value = r
+			c.lru.MoveToFront(e)
+		} else {
+			c.byID[r.id] = c.lru.PushFront(r)
+		}
+		c.bytes += n
+	}
+	for c.bytes > c.maxBytes {
+		e := c.lru.Back()
+		r := e.Value.(*cachedRecord)
+		c.lru.Remove(e)
+		delete(c.byID, r.id)
+		c.bytes -= r.size()
+	}
+}
+
+// forget drops ids (all of them when all is set) and bumps the epoch, so
+// reads that began before cannot cache what they saw. The writer calls it
+// after each commit that updated or deleted records.
+func (c *recordCache) forget(ids []int64, all bool) {
+	if c == nil || (len(ids) == 0 && !all) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch.Add(1)
+	if all {
+		clear(c.byID)
+		c.lru.Init()
+		c.bytes = 0
+		return
+	}
+	for _, id := range ids {
+		if e, ok := c.byID[id]; ok {
+			c.bytes -= e.Value.(*cachedRecord).size()
+			c.lru.Remove(e)
+			delete(c.byID, id)
+		}
+	}
+}
+
+// stats returns the entries and bytes held, for the metrics.
+func (c *recordCache) stats() (entries int, bytes int64) {
+	if c == nil {
+		return 0, 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.byID), c.bytes
+}

@@ -1,0 +1,172 @@
+package feeds
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func firstPage(t *testing.T, s *Store, viewer string) []Item {
+	t.Helper()
+	p, err := s.ReadFeed(context.Background(), PageQuery{Feed: "following", Viewer: did(viewer), Collection: postNSID, Limit: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Items
+}
+
+func TestRecordCacheServesRepeatedPages(t *testing.T) {
+	s := MustOpen(t, defaultFeeds)
+	apply(t, s, follow("alice", "carol", "f1", 1), follow("bob", "carol", "f2", 2),
+		post("carol", "p1", 10), post("carol", "p2", 11))
+	first := firstPage(t, s, "alice")
+	if entries, _ := s.recordCache.stats(); entries != 2 {
+		t.Fatalf("cache holds %d records after one page, want 2", entries)
+	}
+	// bob's page is served from the cache: the records table is emptied
+	// behind the store's back, and the page still shows both posts.
+	if _, err := s.writer.Exec(`DELETE FROM records`); err != nil {
+		t.Fatal(err)
+	}
+	second := firstPage(t, s, "bob")
+	if len(second) != 2 || len(first) != 2 {
+		t.Fatalf("pages: alice %d items, bob %d, want 2 each", len(first), len(second))
+	}
+	for i := range first {
+		a, b := first[i], second[i]
+		if a.URI != b.URI || a.CID != b.CID || string(a.Value) != string(b.Value) || a.Key != b.Key {
+			t.Errorf("item %d: cached %+v, read %+v", i, b, a)
+		}
+	}
+}
+
+func TestRecordCacheForgetsUpdatedAndDeletedRecords(t *testing.T) {
+	s := MustOpen(t, defaultFeeds)
+	apply(t, s, follow("alice", "carol", "f1", 1), post("carol", "p1", 10))
+	firstPage(t, s, "alice") // caches p1
+
+	upd := post("carol", "p1", 20)
+	upd.Op, upd.CID, upd.Record = OpUpdate, "bafynew", json.RawMessage(`{"text":"edited"}`)
+	apply(t, s, upd)
+	if items := firstPage(t, s, "alice"); len(items) != 1 || items[0].CID != "bafynew" || string(items[0].Value) != `{"text":"edited"}` {
+		t.Fatalf("after update: %+v", items)
+	}
+
+	// p1 holds the highest id, so deleting it frees the id for the next
+	// record: the page must show p2, not the cached p1.
+	apply(t, s, unpost("carol", "p1", 30))
+	apply(t, s, post("carol", "p2", 31))
+	items := firstPage(t, s, "alice")
+	if len(items) != 1 || items[0].RKey != "p2" || !strings.HasSuffix(items[0].URI, "/p2") || items[0].CID != "bafypostp2" {
+		t.Fatalf("after delete and a new post: %+v", items)
+	}
+}
+
+func TestRecordCacheForgetsADeletedAccount(t *testing.T) {
+	s := MustOpen(t, defaultFeeds)
+	apply(t, s, follow("alice", "carol", "f1", 1), post("carol", "p1", 10), post("dave", "d1", 11))
+	firstPage(t, s, "alice")
+	if entries, _ := s.recordCache.stats(); entries != 1 {
+		t.Fatalf("cache holds %d records, want 1", entries)
+	}
+	batch := &Batch{Accounts: []AccountStatus{{DID: did("carol"), Status: "deleted", TimeUS: 20}}, Cursor: StreamCursor{TimeUS: 20}}
+	if _, err := s.ApplyBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := s.recordCache.stats(); entries != 0 {
+		t.Errorf("cache holds %d records after an account was deleted, want 0", entries)
+	}
+}
+
+func TestRecordCacheEvictsToItsBound(t *testing.T) {
+	c := newRecordCache(16 << 10)
+	var recs []*cachedRecord
+	for i := range 100 {
+		recs = append(recs, &cachedRecord{id: int64(i), did: "did:plc:x", rkey: fmt.Sprint(i), value: make([]byte, 300)})
+	}
+	c.put(c.snapshot(), recs)
+	entries, bytes := c.stats()
+	if bytes > 16<<10 || entries == 0 || entries == 100 {
+		t.Fatalf("cache holds %d entries, %d bytes; bound 16384", entries, bytes)
+	}
+	// The newest survive, the oldest went first.
+	if _, ok := c.get(99); !ok {
+		t.Error("the last record put was evicted")
+	}
+	if _, ok := c.get(0); ok {
+		t.Error("the first record put survived")
+	}
+	// An outsized record is not cached at all.
+	c.put(c.snapshot(), []*cachedRecord{{id: 1000, value: make([]byte, 4<<10)}})
+	if _, ok := c.get(1000); ok {
+		t.Error("a record of a quarter of the cache was cached")
+	}
+}
+
+func TestRecordCacheRefusesRowsReadBeforeAForget(t *testing.T) {
+	c := newRecordCache(1 << 20)
+	epoch := c.snapshot() // a read starts
+	c.forget([]int64{7}, false)
+	c.put(epoch, []*cachedRecord{{id: 7, value: []byte(`"old"`)}})
+	if _, ok := c.get(7); ok {
+		t.Fatal("a record read before the commit that changed it was cached after it")
+	}
+	c.put(c.snapshot(), []*cachedRecord{{id: 7, value: []byte(`"new"`)}})
+	if r, ok := c.get(7); !ok || string(r.value) != `"new"` {
+		t.Fatalf("record read after the forget: %v %v", r, ok)
+	}
+}
+
+// TestRecordCacheUnderConcurrentEdits reads pages while a writer edits
+// the posts they show; once the writer is done, every page shows the last
+// edit of every post.
+func TestRecordCacheUnderConcurrentEdits(t *testing.T) {
+	s := MustOpen(t, defaultFeeds)
+	changes := []Change{follow("alice", "carol", "f1", 1)}
+	for i := range 20 {
+		changes = append(changes, post("carol", fmt.Sprintf("p%02d", i), int64(10+i)))
+	}
+	apply(t, s, changes...)
+	const rounds = 30
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p, err := s.ReadFeed(context.Background(), PageQuery{Feed: "following", Viewer: did("alice"), Collection: postNSID, Limit: 50})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(p.Items) != 20 {
+					t.Errorf("page of %d items, want 20", len(p.Items))
+					return
+				}
+			}
+		})
+	}
+	for r := 1; r <= rounds; r++ {
+		var edits []Change
+		for i := range 20 {
+			c := post("carol", fmt.Sprintf("p%02d", i), int64(1000*r+i))
+			c.Op, c.CID, c.Record = OpUpdate, fmt.Sprintf("bafy%d", r), json.RawMessage(fmt.Sprintf(`{"round":%d}`, r))
+			edits = append(edits, c)
+		}
+		apply(t, s, edits...)
+	}
+	close(stop)
+	wg.Wait()
+	for _, it := range firstPage(t, s, "alice") {
+		if want := fmt.Sprintf(`{"round":%d}`, rounds); string(it.Value) != want || it.CID != fmt.Sprintf("bafy%d", rounds) {
+			t.Errorf("%s shows %s (%s), want %s", it.RKey, it.Value, it.CID, want)
+		}
+	}
+}
