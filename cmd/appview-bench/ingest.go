@@ -90,6 +90,11 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 			t := res.tenths[k]
 			fmt.Fprintf(b.out, "%-7d %9d %8.2f %10.0f %14.0f %8.0f\n", k+1, t.events, t.seconds,
 				float64(t.events)/t.seconds, t.fanout/t.seconds, float64(t.rssBytes)/(1<<20))
+			if k == 4 && b.o.memProfile != "" {
+				if err := writeHeapProfile(b.o.memProfile); err != nil {
+					tickErr = err
+				}
+			}
 			k++
 		}
 	})
@@ -121,6 +126,16 @@ func (b *bench) printIngest(res ingestResult) {
 	if n := b.logs.warnings.Load(); n > 0 {
 		fmt.Fprintf(b.out, "daemon logged %d warnings or errors (%d mention \"locked\")\n", n, b.logs.locked.Load())
 	}
+}
+
+// writeHeapProfile writes the heap in use now to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("heap").WriteTo(f, 0)
 }
 
 // startProfile starts a CPU profile into path (none when path is empty);

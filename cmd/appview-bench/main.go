@@ -38,6 +38,7 @@ type options struct {
 	readRate                           float64
 	limit                              int
 	cpuProfile, readCPUProfile         string
+	memProfile                         string
 	logLevel                           string
 
 	// client mode: the getFeed load generator, run as a child process
@@ -65,6 +66,7 @@ func main() {
 	flag.Float64Var(&o.readRate, "read-rate", 1000, "ingest rate (events/s) while the clients read")
 	flag.IntVar(&o.limit, "limit", 50, "getFeed page size")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed ingest to this file")
+	flag.StringVar(&o.memProfile, "memprofile", "", "write a heap profile (in use) to this file when the timed ingest reaches its fifth tenth, at full speed")
 	flag.StringVar(&o.readCPUProfile, "read-cpuprofile", "", "write a CPU profile of the daemon during the read phase to this file (the client process is not in it)")
 	flag.StringVar(&o.logLevel, "log-level", "error", "daemon log level (warnings are counted either way; the malformed frames make some)")
 	flag.BoolVar(&o.client, "client", false, "run as the getFeed client process (used by the read phase)")
