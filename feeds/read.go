@@ -65,7 +65,7 @@ func (s *Store) ReadFeed(ctx context.Context, q PageQuery) (Page, error) {
 	if more {
 		keys = keys[:q.Limit]
 	}
-	items, err := s.pageItems(ctx, epoch, string(l.collection), keys)
+	items, err := s.pageItems(ctx, s.reads.records, epoch, string(l.collection), keys)
 	if err != nil {
 		return Page{}, err
 	}
@@ -99,10 +99,11 @@ func (s *Store) readPageKeys(ctx context.Context, q PageQuery, l *lane, before P
 }
 
 // pageItems turns page keys into items, from the record cache or, for
-// the records it misses, from one query, which fills the cache. A record
-// deleted since the keys were read is left out: the page shows the newer
-// state.
-func (s *Store) pageItems(ctx context.Context, epoch uint64, collection string, keys []PageKey) ([]Item, error) {
+// the records it misses, from one query of records (readRecordsSQL, on
+// the read pool or bound to the caller's transaction), which fills the
+// cache. A record deleted since the keys were read is left out: the page
+// shows the newer state.
+func (s *Store) pageItems(ctx context.Context, records *sql.Stmt, epoch uint64, collection string, keys []PageKey) ([]Item, error) {
 	items := make([]Item, 0, len(keys))
 	recs := make([]*cachedRecord, len(keys))
 	var missing []int
@@ -114,7 +115,7 @@ func (s *Store) pageItems(ctx context.Context, epoch uint64, collection string, 
 		}
 	}
 	if len(missing) > 0 {
-		if err := s.readMissing(ctx, epoch, collection, keys, recs, missing); err != nil {
+		if err := s.readMissing(ctx, records, epoch, collection, keys, recs, missing); err != nil {
 			return nil, err
 		}
 	}
@@ -133,7 +134,7 @@ func (s *Store) pageItems(ctx context.Context, epoch uint64, collection string, 
 
 // readMissing reads the records at keys[missing] into recs and caches
 // them.
-func (s *Store) readMissing(ctx context.Context, epoch uint64, collection string, keys []PageKey, recs []*cachedRecord, missing []int) error {
+func (s *Store) readMissing(ctx context.Context, records *sql.Stmt, epoch uint64, collection string, keys []PageKey, recs []*cachedRecord, missing []int) error {
 	ids := make([]byte, 0, 16*len(missing))
 	ids = append(ids, '[')
 	at := make(map[int64][]int, len(missing))
@@ -146,7 +147,7 @@ func (s *Store) readMissing(ctx context.Context, epoch uint64, collection string
 		at[id] = append(at[id], i)
 	}
 	ids = append(ids, ']')
-	rows, err := s.reads.records.QueryContext(ctx, string(ids))
+	rows, err := records.QueryContext(ctx, string(ids))
 	if err != nil {
 		return fmt.Errorf("read feed records: %w", err)
 	}
@@ -167,17 +168,6 @@ func (s *Store) readMissing(ctx context.Context, epoch uint64, collection string
 		return fmt.Errorf("read feed records: %w", err)
 	}
 	s.recordCache.put(epoch, fresh)
-	return nil
-}
-
-// scanItem scans a row of two head columns followed by the record columns
-// (did, rkey, cid, indexed_us, body) into it; the caller sets the
-// collection, which is the lane's.
-func scanItem(rows *sql.Rows, head1, head2 any, it *Item) error {
-	if err := rows.Scan(head1, head2, &it.DID, &it.RKey, &it.CID, &it.TimeUS, (*[]byte)(&it.Value)); err != nil {
-		return fmt.Errorf("read feed row: %w", err)
-	}
-	it.URI = "at://" + it.DID + "/" + it.Collection + "/" + it.RKey
 	return nil
 }
 

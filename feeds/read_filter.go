@@ -37,19 +37,13 @@ const (
 	rangeCond  = `EXISTS (SELECT 1 FROM record_fields rf WHERE rf.record_id = fi.record_id AND rf.field_id = ? AND rf.value BETWEEN ? AND ?)`
 )
 
-// readItemsSQL reads the matched records of a page, by id.
-const readItemsSQL = `
-	SELECT r.sort_us, r.id, a.did, r.rkey, r.cid, r.indexed_us, r.body
-	FROM records r
-	JOIN actors a ON a.id = r.actor_id
-	WHERE r.id IN (%s)`
-
 // readFiltered reads a filtered page. It walks the viewer's lane newest
 // first, examining at most the scan limit rows, and keeps the rows whose
 // record matches every filter. When the bound runs out before the page
 // fills, the page is short (maybe empty) and Next is the last examined
 // row, so a client paging on reaches the rest; sorting stays newest first.
-// Both reads share one snapshot.
+// Both reads share one snapshot, so a matched record cannot be missing
+// (unless the record cache served it, newer).
 func (s *Store) readFiltered(ctx context.Context, l *lane, viewerID int64, before PageKey, q PageQuery) (Page, error) {
 	conds, args, err := l.filterSQL(q.Filters)
 	if err != nil {
@@ -59,6 +53,7 @@ func (s *Store) readFiltered(ctx context.Context, l *lane, viewerID int64, befor
 	if scan <= 0 {
 		scan = DefaultScanLimit
 	}
+	epoch := s.recordCache.snapshot()
 	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return Page{}, fmt.Errorf("read feed: %w", err)
@@ -106,7 +101,7 @@ func (s *Store) readFiltered(ctx context.Context, l *lane, viewerID int64, befor
 	case examined == scan:
 		page.Next = &last
 	}
-	page.Items, err = readItems(ctx, tx, matched, string(l.collection))
+	page.Items, err = s.pageItems(ctx, tx.StmtContext(ctx, s.reads.records), epoch, string(l.collection), matched)
 	return page, err
 }
 
@@ -129,42 +124,4 @@ func (l *lane) filterSQL(filters []Filter) (string, []any, error) {
 		}
 	}
 	return strings.Join(conds, " AND "), args, nil
-}
-
-// readItems reads the records of the matched keys, in the keys' order. A
-// record deleted since cannot be missing: both reads share a snapshot.
-func readItems(ctx context.Context, tx *sql.Tx, keys []PageKey, collection string) ([]Item, error) {
-	items := make([]Item, 0, len(keys))
-	if len(keys) == 0 {
-		return items, nil
-	}
-	args := make([]any, len(keys))
-	for i, k := range keys {
-		args[i] = k.RecordID
-	}
-	placeholders := strings.TrimSuffix(strings.Repeat("?,", len(keys)), ",")
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(readItemsSQL, placeholders), args...)
-	if err != nil {
-		return nil, fmt.Errorf("read feed items: %w", err)
-	}
-	defer rows.Close()
-	byID := make(map[int64]Item, len(keys))
-	for rows.Next() {
-		it := Item{Collection: collection}
-		var sortUS int64
-		if err := scanItem(rows, &sortUS, &it.Key.RecordID, &it); err != nil {
-			return nil, err
-		}
-		byID[it.Key.RecordID] = it
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read feed items: %w", err)
-	}
-	for _, k := range keys {
-		if it, ok := byID[k.RecordID]; ok {
-			it.Key = k
-			items = append(items, it)
-		}
-	}
-	return items, nil
 }

@@ -79,7 +79,7 @@ type Store struct {
 	// recordCache serves the records feed pages show; the writer forgets
 	// the ones it changed after each commit (record_cache.go).
 	recordCache *recordCache
-	path   string          // of the database file; its WAL is path + "-wal"
+	path        string // of the database file; its WAL is path + "-wal"
 	// walPages is the writer's wal_autocheckpoint (wal.go).
 	walPages int
 	log      *slog.Logger
