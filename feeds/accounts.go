@@ -44,9 +44,10 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 	if a.Status != "deleted" {
 		return nil
 	}
-	w.changedAllRecords = true
+	if err := w.deleteAccountRecords(id); err != nil {
+		return err
+	}
 	for _, q := range []string{
-		`DELETE FROM records WHERE actor_id = ?`,
 		`DELETE FROM feed_items WHERE viewer_id = ?`,
 		`DELETE FROM follows WHERE actor_id = ?`,
 		`DELETE FROM listings WHERE actor_id = ?`,
@@ -55,6 +56,27 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 		if _, err := w.tx.ExecContext(w.ctx, q, id); err != nil {
 			return fmt.Errorf("delete account data: %w", err)
 		}
+	}
+	return nil
+}
+
+// deleteAccountRecords deletes a deleted account's records, noting each
+// for the record cache.
+func (w *txWriter) deleteAccountRecords(actorID int64) error {
+	rows, err := w.tx.QueryContext(w.ctx, `DELETE FROM records WHERE actor_id = ? RETURNING id`, actorID)
+	if err != nil {
+		return fmt.Errorf("delete account records: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return fmt.Errorf("delete account records: %w", err)
+		}
+		w.recordChanged(id)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("delete account records: %w", err)
 	}
 	return nil
 }

@@ -101,7 +101,7 @@ func (w *txWriter) commit() error {
 	}
 	w.s.rememberActors(w.newActors)
 	w.s.viewers.apply(w.viewerChanges)
-	w.s.recordCache.forget(w.changedRecords, w.changedAllRecords)
+	w.s.recordCache.forget(w.changedRecords)
 	w.s.boundWAL(w.ctx)
 	return nil
 }
@@ -123,11 +123,9 @@ type txWriter struct {
 	pendingFanout int
 	// viewerChanges reach the in-memory viewer set once committed.
 	viewerChanges []viewerChange
-	// changedRecords were updated or deleted (changedAllRecords: an
-	// account's records were deleted wholesale); the record cache forgets
+	// changedRecords were updated or deleted; the record cache forgets
 	// them once committed.
-	changedRecords    []int64
-	changedAllRecords bool
+	changedRecords []int64
 }
 
 // recordChanged notes a record updated or deleted in this transaction, for

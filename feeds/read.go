@@ -25,7 +25,7 @@ const readPageSQL = `
 // readRecordsSQL reads the records of a page the cache missed, by id (a
 // JSON array): one rowid seek each.
 const readRecordsSQL = `
-	SELECT r.id, a.did, r.rkey, r.cid, r.indexed_us, r.body
+	SELECT r.id, r.collection_id, r.sort_us, a.did, r.rkey, r.cid, r.indexed_us, r.body
 	FROM records r JOIN actors a ON a.id = r.actor_id
 	WHERE r.id IN (SELECT value FROM json_each(?1))`
 
@@ -61,17 +61,22 @@ func (s *Store) ReadFeed(ctx context.Context, q PageQuery) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
+	if s.afterPageKeys != nil {
+		s.afterPageKeys()
+	}
 	more := len(keys) > q.Limit
 	if more {
 		keys = keys[:q.Limit]
 	}
-	items, err := s.pageItems(ctx, s.reads.records, epoch, string(l.collection), keys)
+	items, err := s.pageItems(ctx, pageRecords{stmt: s.reads.records, epoch: epoch, cached: true}, l, keys)
 	if err != nil {
 		return Page{}, err
 	}
 	page := Page{Items: items}
-	if more && len(items) > 0 {
-		last := items[len(items)-1].Key
+	if more {
+		// The last key, not the last item: a record deleted since the keys
+		// were read leaves no item, and the feed goes on past it.
+		last := keys[len(keys)-1]
 		page.Next = &last
 	}
 	return page, nil
@@ -98,35 +103,51 @@ func (s *Store) readPageKeys(ctx context.Context, q PageQuery, l *lane, before P
 	return keys, nil
 }
 
-// pageItems turns page keys into items, from the record cache or, for
-// the records it misses, from one query of records (readRecordsSQL, on
-// the read pool or bound to the caller's transaction), which fills the
-// cache. A record deleted since the keys were read is left out: the page
-// shows the newer state.
-func (s *Store) pageItems(ctx context.Context, records *sql.Stmt, epoch uint64, collection string, keys []PageKey) ([]Item, error) {
-	items := make([]Item, 0, len(keys))
+// pageRecords says where pageItems gets records: stmt is readRecordsSQL
+// on the read pool or bound to the caller's transaction; epoch is the
+// record cache's, taken before the keys were read; cached says the cache
+// may serve them (it is filled either way).
+type pageRecords struct {
+	stmt   *sql.Stmt
+	epoch  uint64
+	cached bool
+}
+
+// pageItems turns page keys into items, from the record cache or, for the
+// records it misses, from one query, which fills the cache. A key whose
+// record is gone, or whose id now names another record (a deleted
+// record's id is handed to the next one), has no item: both happen only
+// when the record was deleted after the keys were read, and the page
+// shows that newer state.
+func (s *Store) pageItems(ctx context.Context, src pageRecords, l *lane, keys []PageKey) ([]Item, error) {
 	recs := make([]*cachedRecord, len(keys))
 	var missing []int
 	for i, k := range keys {
-		if r, ok := s.recordCache.get(k.RecordID); ok {
+		if !src.cached {
+			missing = append(missing, i)
+		} else if r, ok := s.recordCache.get(k.RecordID); ok {
 			recs[i] = r
 		} else {
 			missing = append(missing, i)
 		}
 	}
 	if len(missing) > 0 {
-		if err := s.readMissing(ctx, records, epoch, collection, keys, recs, missing); err != nil {
+		if err := s.readMissing(ctx, src, string(l.collection), keys, recs, missing); err != nil {
 			return nil, err
 		}
 	}
-	s.metrics.observeRecordCache(len(keys)-len(missing), len(missing), s.recordCache)
+	if src.cached {
+		s.metrics.observeRecordCache(len(keys)-len(missing), len(missing), s.recordCache)
+	}
+	items := make([]Item, 0, len(keys))
 	for i, r := range recs {
-		if r == nil {
+		k := keys[i]
+		if r == nil || r.sortUS != k.SortUS || r.collectionID != l.collectionID {
 			continue
 		}
 		items = append(items, Item{
-			URI: r.uri, CID: r.cid, DID: r.did, Collection: collection, RKey: r.rkey,
-			TimeUS: r.timeUS, Value: r.value, Key: keys[i],
+			URI: r.uri, CID: r.cid, DID: r.did, Collection: string(l.collection), RKey: r.rkey,
+			TimeUS: r.timeUS, Value: r.value, Key: k,
 		})
 	}
 	return items, nil
@@ -134,7 +155,7 @@ func (s *Store) pageItems(ctx context.Context, records *sql.Stmt, epoch uint64, 
 
 // readMissing reads the records at keys[missing] into recs and caches
 // them.
-func (s *Store) readMissing(ctx context.Context, records *sql.Stmt, epoch uint64, collection string, keys []PageKey, recs []*cachedRecord, missing []int) error {
+func (s *Store) readMissing(ctx context.Context, src pageRecords, collection string, keys []PageKey, recs []*cachedRecord, missing []int) error {
 	ids := make([]byte, 0, 16*len(missing))
 	ids = append(ids, '[')
 	at := make(map[int64][]int, len(missing))
@@ -147,7 +168,7 @@ func (s *Store) readMissing(ctx context.Context, records *sql.Stmt, epoch uint64
 		at[id] = append(at[id], i)
 	}
 	ids = append(ids, ']')
-	rows, err := records.QueryContext(ctx, string(ids))
+	rows, err := src.stmt.QueryContext(ctx, string(ids))
 	if err != nil {
 		return fmt.Errorf("read feed records: %w", err)
 	}
@@ -155,7 +176,7 @@ func (s *Store) readMissing(ctx context.Context, records *sql.Stmt, epoch uint64
 	fresh := make([]*cachedRecord, 0, len(missing))
 	for rows.Next() {
 		r := &cachedRecord{}
-		if err := rows.Scan(&r.id, &r.did, &r.rkey, &r.cid, &r.timeUS, (*[]byte)(&r.value)); err != nil {
+		if err := rows.Scan(&r.id, &r.collectionID, &r.sortUS, &r.did, &r.rkey, &r.cid, &r.timeUS, (*[]byte)(&r.value)); err != nil {
 			return fmt.Errorf("read feed record: %w", err)
 		}
 		r.uri = "at://" + r.did + "/" + collection + "/" + r.rkey
@@ -167,7 +188,7 @@ func (s *Store) readMissing(ctx context.Context, records *sql.Stmt, epoch uint64
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read feed records: %w", err)
 	}
-	s.recordCache.put(epoch, fresh)
+	s.recordCache.put(src.epoch, fresh)
 	return nil
 }
 

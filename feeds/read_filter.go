@@ -42,8 +42,7 @@ const (
 // record matches every filter. When the bound runs out before the page
 // fills, the page is short (maybe empty) and Next is the last examined
 // row, so a client paging on reaches the rest; sorting stays newest first.
-// Both reads share one snapshot, so a matched record cannot be missing
-// (unless the record cache served it, newer).
+// Both reads share one snapshot, so a matched record cannot be missing.
 func (s *Store) readFiltered(ctx context.Context, l *lane, viewerID int64, before PageKey, q PageQuery) (Page, error) {
 	conds, args, err := l.filterSQL(q.Filters)
 	if err != nil {
@@ -101,7 +100,9 @@ func (s *Store) readFiltered(ctx context.Context, l *lane, viewerID int64, befor
 	case examined == scan:
 		page.Next = &last
 	}
-	page.Items, err = s.pageItems(ctx, tx.StmtContext(ctx, s.reads.records), epoch, string(l.collection), matched)
+	// The records come from the scan's snapshot, not the cache: a newer
+	// version might no longer match the filters.
+	page.Items, err = s.pageItems(ctx, pageRecords{stmt: tx.StmtContext(ctx, s.reads.records), epoch: epoch}, l, matched)
 	return page, err
 }
 

@@ -39,13 +39,17 @@ type recordCache struct {
 // cachedRecord is an immutable copy of a record's page fields: readers
 // share it, so nobody may change it (or its Value's bytes) once cached.
 type cachedRecord struct {
-	id     int64
-	did    string
-	rkey   string
-	cid    string
-	timeUS int64
-	value  json.RawMessage
-	uri    string // at://did/collection/rkey
+	id int64
+	// collectionID and sortUS let a page tell the record its key was
+	// written for from a later one given the same id.
+	collectionID int64
+	sortUS       int64
+	did          string
+	rkey         string
+	cid          string
+	timeUS       int64
+	value        json.RawMessage
+	uri          string // at://did/collection/rkey
 }
 
 // cachedRecordOverhead approximates the bytes an entry costs beyond its
@@ -123,22 +127,16 @@ func (c *recordCache) put(epoch uint64, recs []*cachedRecord) {
 	}
 }
 
-// forget drops ids (all of them when all is set) and bumps the epoch, so
-// reads that began before cannot cache what they saw. The writer calls it
-// after each commit that updated or deleted records.
-func (c *recordCache) forget(ids []int64, all bool) {
-	if c == nil || (len(ids) == 0 && !all) {
+// forget drops ids and bumps the epoch, so reads that began before cannot
+// cache what they saw. The writer calls it after each commit that updated
+// or deleted records.
+func (c *recordCache) forget(ids []int64) {
+	if c == nil || len(ids) == 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.epoch.Add(1)
-	if all {
-		clear(c.byID)
-		c.lru.Init()
-		c.bytes = 0
-		return
-	}
 	for _, id := range ids {
 		if e, ok := c.byID[id]; ok {
 			c.bytes -= e.Value.(*cachedRecord).size()

@@ -67,17 +67,60 @@ func TestRecordCacheForgetsUpdatedAndDeletedRecords(t *testing.T) {
 
 func TestRecordCacheForgetsADeletedAccount(t *testing.T) {
 	s := MustOpen(t, defaultFeeds)
-	apply(t, s, follow("alice", "carol", "f1", 1), post("carol", "p1", 10), post("dave", "d1", 11))
+	apply(t, s, follow("alice", "carol", "f1", 1), follow("alice", "dave", "f2", 2),
+		post("carol", "p1", 10), post("dave", "d1", 11))
 	firstPage(t, s, "alice")
-	if entries, _ := s.recordCache.stats(); entries != 1 {
-		t.Fatalf("cache holds %d records, want 1", entries)
+	if entries, _ := s.recordCache.stats(); entries != 2 {
+		t.Fatalf("cache holds %d records, want 2", entries)
 	}
 	batch := &Batch{Accounts: []AccountStatus{{DID: did("carol"), Status: "deleted", TimeUS: 20}}, Cursor: StreamCursor{TimeUS: 20}}
 	if _, err := s.ApplyBatch(context.Background(), batch); err != nil {
 		t.Fatal(err)
 	}
-	if entries, _ := s.recordCache.stats(); entries != 0 {
-		t.Errorf("cache holds %d records after an account was deleted, want 0", entries)
+	if entries, _ := s.recordCache.stats(); entries != 1 {
+		t.Errorf("cache holds %d records after one of two accounts was deleted, want 1", entries)
+	}
+	if items := firstPage(t, s, "alice"); len(items) != 1 || items[0].RKey != "d1" {
+		t.Errorf("page after the account was deleted: %+v", items)
+	}
+}
+
+// TestPageRaceWithADeleteAndAReusedID deletes the newest post between a
+// page's two reads and hands its id to another author's post: the page
+// must not show that post under the deleted one's key, and must still
+// lead on to the older items.
+func TestPageRaceWithADeleteAndAReusedID(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cached=%v", cached), func(t *testing.T) {
+			s := MustOpen(t, defaultFeeds)
+			apply(t, s, follow("alice", "carol", "f1", 1), follow("bob", "dave", "f2", 2),
+				post("carol", "old", 10), post("carol", "new", 11))
+			s.afterPageKeys = func() {
+				s.afterPageKeys = nil
+				apply(t, s, unpost("carol", "new", 20))
+				apply(t, s, post("dave", "other", 21)) // takes the freed id
+				if cached {
+					firstPage(t, s, "bob") // caches dave's post under that id
+				}
+			}
+			p, err := s.ReadFeed(context.Background(), PageQuery{Feed: "following", Viewer: did("alice"), Collection: postNSID, Limit: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Items) != 0 {
+				t.Fatalf("page shows %+v, want no item: its record was deleted", p.Items)
+			}
+			if p.Next == nil {
+				t.Fatal("page has no cursor: the feed looks over, but an older post remains")
+			}
+			p, err = s.ReadFeed(context.Background(), PageQuery{Feed: "following", Viewer: did("alice"), Collection: postNSID, Limit: 1, Before: p.Next})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Items) != 1 || p.Items[0].RKey != "old" {
+				t.Fatalf("next page: %+v, want the old post", p.Items)
+			}
+		})
 	}
 }
 
@@ -109,7 +152,7 @@ func TestRecordCacheEvictsToItsBound(t *testing.T) {
 func TestRecordCacheRefusesRowsReadBeforeAForget(t *testing.T) {
 	c := newRecordCache(1 << 20)
 	epoch := c.snapshot() // a read starts
-	c.forget([]int64{7}, false)
+	c.forget([]int64{7})
 	c.put(epoch, []*cachedRecord{{id: 7, value: []byte(`"old"`)}})
 	if _, ok := c.get(7); ok {
 		t.Fatal("a record read before the commit that changed it was cached after it")

@@ -79,6 +79,8 @@ type Store struct {
 	// recordCache serves the records feed pages show; the writer forgets
 	// the ones it changed after each commit (record_cache.go).
 	recordCache *recordCache
+	// afterPageKeys, set by tests, runs between a page's two reads.
+	afterPageKeys func()
 	path        string // of the database file; its WAL is path + "-wal"
 	// walPages is the writer's wal_autocheckpoint (wal.go).
 	walPages int
