@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"github.com/atfeeds/appview/workload"
@@ -19,6 +20,10 @@ type generated struct {
 	// committed cursor reaches it, the tenth is applied.
 	ends       [10]int
 	boundaries [10]int64
+	// marks[j] is the largest time_us among the first (j+1)*markEvery
+	// frames of the main log: committed turns a cursor into how many
+	// frames it covers.
+	marks []int64
 	kinds      map[workload.Kind]int
 	bytes      int64
 }
@@ -54,12 +59,16 @@ func (b *bench) generate() error {
 	}
 	b.stream = b.w.Stream()
 	err = writeLog(g.mainPath, func(lw *workload.LogWriter) error {
-		var maxUS int64
+		var maxUS, maxAllUS int64
 		k := 0
 		for i := range n + b.tail() {
 			f := b.stream.Next()
 			if err := lw.Write(f); err != nil {
 				return err
+			}
+			maxAllUS = max(maxAllUS, f.TimeUS)
+			if (i+1)%markEvery == 0 {
+				g.marks = append(g.marks, maxAllUS)
 			}
 			if i >= n {
 				continue
@@ -87,6 +96,17 @@ func (b *bench) generate() error {
 	}
 	fmt.Fprintln(b.out)
 	return nil
+}
+
+// markEvery is the resolution of generated.committed, in frames.
+const markEvery = 100
+
+// committed returns how many frames of the main log a committed cursor
+// covers, to within markEvery. A batch commits many frames at once, so
+// the cursor crosses a tenth's boundary up to a batch past it; counting
+// what it covers, not the nominal tenth, keeps each tenth's rate exact.
+func (g *generated) committed(cursorUS int64) int {
+	return markEvery * sort.Search(len(g.marks), func(j int) bool { return g.marks[j] > cursorUS })
 }
 
 func writeLog(path string, fill func(*workload.LogWriter) error) error {

@@ -22,6 +22,7 @@ type tenth struct {
 
 type ingestResult struct {
 	tenths        [10]tenth
+	events        int // frames the cursor covered when the last tenth was done
 	seconds       float64
 	fanoutRows    float64
 	peakRSS       int64
@@ -65,7 +66,7 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 	start := time.Now()
 	b.playlist.Add(replay.Log(main))
 
-	k := 0
+	k, lastCommitted := 0, 0
 	var tickErr error
 	err = b.waitCursor(ctx, b.gen.boundaries[9], func(cursor int64) {
 		for k < 10 && cursor >= b.gen.boundaries[k] {
@@ -75,18 +76,15 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 				tickErr = err
 			}
 			fanout := m.sum(`appview_feed_rows_total{operation="fanout"}`)
-			prevEnd := 0
-			if k > 0 {
-				prevEnd = b.gen.ends[k-1]
-			}
+			committed := b.gen.committed(cursor)
 			res.tenths[k] = tenth{
-				events:    b.gen.ends[k] - prevEnd,
+				events:    committed - lastCommitted,
 				seconds:   now - lastT,
 				fanout:    fanout - lastFanout,
 				rssBytes:  procStatus("VmRSS"),
 				doneAtSec: now,
 			}
-			lastFanout, lastT = fanout, now
+			lastFanout, lastT, lastCommitted = fanout, now, committed
 			t := res.tenths[k]
 			fmt.Fprintf(b.out, "%-7d %9d %8.2f %10.0f %14.0f %8.0f\n", k+1, t.events, t.seconds,
 				float64(t.events)/t.seconds, t.fanout/t.seconds, float64(t.rssBytes)/(1<<20))
@@ -105,6 +103,7 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 		return res, tickErr
 	}
 	res.seconds = lastT
+	res.events = lastCommitted
 	res.fanoutRows = lastFanout - fanout0
 	res.peakRSS = procStatus("VmHWM")
 	res.reconnections = b.server.Connections() - 1
@@ -116,7 +115,7 @@ func (b *bench) printIngest(res ingestResult) {
 	first := float64(res.tenths[0].events) / res.tenths[0].seconds
 	last := float64(res.tenths[9].events) / res.tenths[9].seconds
 	fmt.Fprintf(b.out, "overall: %.0f events/s over %.1fs; last tenth / first tenth = %.0f%%\n",
-		float64(b.o.events)/res.seconds, res.seconds, 100*last/first)
+		float64(res.events)/res.seconds, res.seconds, 100*last/first)
 	fmt.Fprintf(b.out, "fan-out: %.0f rows in total, %.0f rows/s (appview_feed_rows_total{operation=\"fanout\"})\n",
 		res.fanoutRows, res.fanoutRows/res.seconds)
 	fmt.Fprintf(b.out, "peak RSS during the timed ingest (VmHWM, reset when it started): %.0f MiB\n", float64(res.peakRSS)/(1<<20))

@@ -84,3 +84,30 @@ func TestMetricsSum(t *testing.T) {
 		t.Errorf("all labels: %v", got)
 	}
 }
+
+func TestCommittedCountsTheFramesACursorCovers(t *testing.T) {
+	// 500 frames, time_us 10 apart but with frame 250 out of order
+	// (a replayed, older event): marks hold running maxima.
+	g := &generated{}
+	var maxUS int64
+	for i := range 500 {
+		us := int64(10 * (i + 1))
+		if i == 249 {
+			us = 5
+		}
+		maxUS = max(maxUS, us)
+		if (i+1)%markEvery == 0 {
+			g.marks = append(g.marks, maxUS)
+		}
+	}
+	for _, c := range []struct {
+		cursor int64
+		want   int
+	}{
+		{0, 0}, {999, 0}, {1000, 100}, {2499, 200}, {2500, 200}, {3000, 300}, {5000, 500}, {9999, 500},
+	} {
+		if got := g.committed(c.cursor); got != c.want {
+			t.Errorf("committed(%d) = %d, want %d", c.cursor, got, c.want)
+		}
+	}
+}
