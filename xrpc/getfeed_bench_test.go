@@ -40,13 +40,15 @@ const (
 
 func tid(us int64) string { return string(syntax.NewTID(us, 0)) }
 
-// capStore builds the store once per benchmark.
-func capStore(b *testing.B) (*feeds.Store, []syntax.DID) {
+// capStore builds the store once per benchmark, with a record cache of
+// cacheMB (0: none).
+func capStore(b *testing.B, cacheMB int) (*feeds.Store, []syntax.DID) {
 	b.Helper()
 	ctx := context.Background()
 	s, err := feeds.Open(ctx, feeds.Options{
-		Path:     b.TempDir() + "/appview.db",
-		IndexAll: true,
+		Path:          b.TempDir() + "/appview.db",
+		IndexAll:      true,
+		RecordCacheMB: cacheMB,
 		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
 			Targets: []feeds.Target{{Collection: postNSID, Cap: benchCap}}}},
 	})
@@ -105,9 +107,19 @@ func capStore(b *testing.B) (*feeds.Store, []syntax.DID) {
 
 // BenchmarkReadFeed reads one page of 50 of a random viewer's feed
 // through feeds.Store.ReadFeed: the first page, and the second through
-// its cursor.
+// its cursor; without the record cache and with one that holds every
+// record (warmed by one read of each page).
 func BenchmarkReadFeed(b *testing.B) {
-	s, viewers := capStore(b)
+	for _, cache := range []struct {
+		name string
+		mb   int
+	}{{"nocache", 0}, {"cached", 32}} {
+		b.Run(cache.name, func(b *testing.B) { benchReadFeed(b, cache.mb) })
+	}
+}
+
+func benchReadFeed(b *testing.B, cacheMB int) {
+	s, viewers := capStore(b, cacheMB)
 	ctx := context.Background()
 	second := make([]*feeds.PageKey, len(viewers))
 	for i, v := range viewers {
@@ -116,6 +128,9 @@ func BenchmarkReadFeed(b *testing.B) {
 			b.Fatal(err)
 		}
 		second[i] = p.Next
+		if _, err := s.ReadFeed(ctx, feeds.PageQuery{Feed: "following", Viewer: v, Collection: postNSID, Limit: benchLimit, Before: p.Next}); err != nil {
+			b.Fatal(err)
+		}
 	}
 	for _, name := range []string{"first", "second"} {
 		b.Run(name, func(b *testing.B) {
@@ -142,7 +157,7 @@ func BenchmarkReadFeed(b *testing.B) {
 // through the whole XRPC handler (routing, parameters, the store, the
 // page cursor, JSON), without the network.
 func BenchmarkGetFeed(b *testing.B) {
-	s, viewers := capStore(b)
+	s, viewers := capStore(b, 32)
 	srv := xrpc.NewServer(xrpc.Config{
 		Namespace: "com.example.appview",
 		Feeds:     []xrpc.FeedSpec{{Name: "following", Collections: []syntax.NSID{postNSID}}},
