@@ -67,6 +67,10 @@ func TestDeleteRemovesFromEveryFeedAndStaysDeleted(t *testing.T) {
 	if res := apply(t, s, recreate); res.Applied != 1 || res.FanoutRows != 2 {
 		t.Errorf("re-create: %+v, want applied with 2 rows", res)
 	}
+	var tombstones int
+	if err := s.writer.QueryRow(`SELECT count(*) FROM tombstones`).Scan(&tombstones); err != nil || tombstones != 0 {
+		t.Errorf("%d tombstones left after the re-create (err %v), want 0", tombstones, err)
+	}
 }
 
 func TestUnfollowRemovesUnlessAnotherFollowRemains(t *testing.T) {

@@ -50,11 +50,15 @@ var writeSQL = struct {
 	insertRecord: `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 	// insertNewRecord is a create's first try: it returns no row when the
-	// key is already stored (a replay or a late create), and only then is
-	// the record looked up. It saves a create the lookup's descent of
-	// records_by_key, which the insert's uniqueness check makes anyway.
+	// key is already stored (a replay or a late create) or a tombstone
+	// lies on it, and only then is the record looked up and the tombstone
+	// read. It saves the common create the lookup's descent of
+	// records_by_key, which the insert's uniqueness check makes anyway,
+	// and a statement of its own for the tombstone probe.
 	insertNewRecord: `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (actor_id, collection_id, rkey) DO NOTHING RETURNING id`,
+		SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9
+		WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE actor_id = ?1 AND collection_id = ?2 AND rkey = ?3)
+		ON CONFLICT (actor_id, collection_id, rkey) DO NOTHING RETURNING id`,
 	updateRecord: `UPDATE records SET cid = ?2, rev = ?3, body = ?4 WHERE id = ?1`,
 	deleteRecord: `DELETE FROM records WHERE id = ?`,
 

@@ -100,20 +100,13 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 	return nil
 }
 
-// createNew is the common case of a create: a key not stored yet. It
-// checks the tombstones, inserts the record if its key is free and queues
-// its fan-out. done is false when the key is taken: the caller then looks
-// the record up and compares revisions, as for an update.
+// createNew is the common case of a create: a key neither stored nor
+// tombstoned. It inserts the record and queues its fan-out in one
+// statement's check. done is false when the key is taken or tombstoned:
+// the caller then looks the record up, compares revisions and reads the
+// tombstone, as for an update.
 func (w *txWriter) createNew(c *Change, actorID, collID int64) (done bool, err error) {
 	st := w.s.stmts
-	exists, covers, err := w.tombstoned(actorID, collID, c.RKey, c.Rev)
-	if err != nil {
-		return false, err
-	}
-	if covers {
-		w.res.Duplicates++
-		return true, nil
-	}
 	sortUS := c.SortKey()
 	var recordID int64
 	inserted, err := w.queryRow(st.insertNewRecord,
@@ -124,11 +117,6 @@ func (w *txWriter) createNew(c *Change, actorID, collID int64) (done bool, err e
 	}
 	if !inserted {
 		return false, nil
-	}
-	if exists {
-		if _, err := w.exec(st.deleteTombstone, actorID, collID, string(c.RKey)); err != nil {
-			return false, fmt.Errorf("clear tombstone: %w", err)
-		}
 	}
 	if err := w.storeFields(recordID, collID, c.Record, false); err != nil {
 		return false, err
