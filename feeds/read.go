@@ -123,13 +123,13 @@ func (s *Store) pageItems(ctx context.Context, src pageRecords, l *lane, keys []
 	recs := make([]*cachedRecord, len(keys))
 	var missing []int
 	for i, k := range keys {
-		if !src.cached {
-			missing = append(missing, i)
-		} else if r, ok := s.recordCache.get(k.RecordID); ok {
-			recs[i] = r
-		} else {
-			missing = append(missing, i)
+		if src.cached {
+			if r, ok := s.recordCache.get(k.RecordID); ok {
+				recs[i] = r
+				continue
+			}
 		}
+		missing = append(missing, i)
 	}
 	if len(missing) > 0 {
 		if err := s.readMissing(ctx, src, string(l.collection), keys, recs, missing); err != nil {
