@@ -24,8 +24,8 @@ type generated struct {
 	// frames of the main log: committed turns a cursor into how many
 	// frames it covers.
 	marks []int64
-	kinds      map[workload.Kind]int
-	bytes      int64
+	kinds map[workload.Kind]int
+	bytes int64
 }
 
 // generate writes the seeding stream and the main stream (the timed
