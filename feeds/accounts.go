@@ -63,20 +63,12 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 // deleteAccountRecords deletes a deleted account's records, noting each
 // for the record cache.
 func (w *txWriter) deleteAccountRecords(actorID int64) error {
-	rows, err := w.tx.QueryContext(w.ctx, `DELETE FROM records WHERE actor_id = ? RETURNING id`, actorID)
+	ids, err := scanIDs(w.tx.QueryContext(w.ctx, `DELETE FROM records WHERE actor_id = ? RETURNING id`, actorID))
 	if err != nil {
 		return fmt.Errorf("delete account records: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return fmt.Errorf("delete account records: %w", err)
-		}
+	for _, id := range ids {
 		w.recordChanged(id)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("delete account records: %w", err)
 	}
 	return nil
 }
