@@ -43,8 +43,8 @@ type ingester struct {
 }
 
 // tick runs one prune-sweep tick; a sweep failure is our own state broken.
-func (in *ingester) tick(ctx context.Context, mutated bool, scale int) (feeds.SweepResult, error) {
-	res, err := in.store.SweepTick(ctx, feeds.Tick{Now: in.now(), Mutated: mutated, Scale: scale})
+func (in *ingester) tick(ctx context.Context, mutated bool, scale int, rows int64) (feeds.SweepResult, error) {
+	res, err := in.store.SweepTick(ctx, feeds.Tick{Now: in.now(), Mutated: mutated, Scale: scale, Rows: rows})
 	if err != nil {
 		return res, fmt.Errorf("sweep: %w", err)
 	}
@@ -87,9 +87,10 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			in.afterCommit(res)
 		}
 		// A catch-up batch stands for several ordinary ones: its slice is
-		// as many times larger, so trimming keeps pace per event.
+		// as many times larger, so trimming keeps pace per event; and no
+		// less than the rows it wrote ask for (feeds.Tick.Rows).
 		scale := (len(batch.Changes) + in.batchSize - 1) / in.batchSize
-		if _, err := in.tick(ctx, res.MutatedFeeds(), scale); err != nil {
+		if _, err := in.tick(ctx, res.MutatedFeeds(), scale, res.FanoutRows+res.MergedRows); err != nil {
 			return err
 		}
 		idle.Reset(in.sweepIdle)
@@ -139,7 +140,7 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 				return err
 			}
 		case <-idle.C:
-			res, err := in.tick(writeCtx, false, 1)
+			res, err := in.tick(writeCtx, false, 1, 0)
 			if err != nil {
 				return err
 			}

@@ -90,12 +90,45 @@ type Tick struct {
 	// the budget, so the sweep keeps the same pace per event however the
 	// stream was batched. 0 and 1 mean one slice; at most maxSliceScale.
 	Scale int
+	// Rows is the feed rows the tick's batch wrote (fan-out and merges).
+	// Where events reach many viewers each, the pace per event falls
+	// behind, so a slice also visits at least one viewer per
+	// rowsPerVisit rows written (see sliceScale).
+	Rows int64
 }
 
-// maxSliceScale bounds Tick.Scale, so one transaction stays short.
+// maxSliceScale bounds a slice's scale, so one transaction stays short.
 const maxSliceScale = 100
 
-func (t Tick) scale() int { return min(max(t.Scale, 1), maxSliceScale) }
+// sliceScale is how many budgets of SweepOptions.Actors the tick's slice
+// visits: as many as ordinary batches its batch stands for, and enough to
+// visit one viewer per rowsPerVisit rows the batch wrote. The second keeps
+// feeds near their caps whatever the fan-out per event: a full pass then
+// completes before the average viewer has received rowsPerVisit new rows,
+// however many viewers there are (a pass of V viewers takes V visits, so
+// V × rowsPerVisit rows, spread over V feeds). With 10,000 viewers and 16
+// rows an event the per-event pace is the faster one; with 100,000 viewers
+// and 70 rows an event feeds ran 45% over cap before this (benchmarks.md).
+func (sw *sweeper) sliceScale(t Tick) int {
+	scale := max(t.Scale, 1)
+	if per := sw.rowsPerVisit * int64(sw.opts.Actors); t.Rows > 0 && per > 0 {
+		scale = max(scale, int((t.Rows+per-1)/per))
+	}
+	return min(scale, maxSliceScale)
+}
+
+// rowsPerVisitOf is the row pace of the sweep: a quarter of the smallest
+// enabled cap, so a feed overshoots its cap by about a quarter between
+// visits at worst on average.
+func rowsPerVisitOf(lanes []lane) int64 {
+	smallest := 0
+	for _, l := range lanes {
+		if smallest == 0 || l.cap < smallest {
+			smallest = l.cap
+		}
+	}
+	return int64(max(smallest/4, 1))
+}
 
 // MutatedFeeds reports whether the batch wrote feed rows (a fan-out or a
 // follow merge), so its tick must run a sweep slice.
@@ -144,6 +177,7 @@ type sweeper struct {
 	state         *sweepState // nil until the first tick loads it
 	grownPending  bool
 	disabledLanes []int64 // lanes that left the config: their rows are swept away
+	rowsPerVisit  int64   // row pace of the slices (sliceScale)
 	incremental   bool    // the file is in auto_vacuum=incremental mode
 	vacuumMore    bool
 	retainNextUS  int64 // stream time at which the next retention lap may start
@@ -167,9 +201,10 @@ func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
 		return SweepResult{}, err
 	}
 	var res SweepResult
+	sw := &s.sweep
 	now := t.Now.UnixMicro()
 	if reason := s.sweepReason(t.Mutated, now); reason != "" {
-		if err := s.runSlice(ctx, reason, now, t.scale(), &res); err != nil {
+		if err := s.runSlice(ctx, reason, now, sw.sliceScale(t), &res); err != nil {
 			return res, fmt.Errorf("sweep slice: %w", err)
 		}
 	}
@@ -183,7 +218,6 @@ func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
 	if err := s.vacuum(ctx, freed, &res); err != nil {
 		return res, fmt.Errorf("incremental vacuum: %w", err)
 	}
-	sw := &s.sweep
 	res.Pending = s.sweepReason(false, now) != "" || sw.retainMore || sw.vacuumMore || len(s.fieldBacklog) > 0
 	return res, nil
 }
@@ -259,6 +293,7 @@ func (s *Store) sweepInit(ctx context.Context) error {
 		s.log.Info("database is not in auto_vacuum=incremental mode; freed pages are reused but not returned (run VACUUM offline once to convert)")
 	}
 	sw.state = &st
+	sw.rowsPerVisit = rowsPerVisitOf(s.lanes)
 	sw.grownPending = pending == 1
 	sw.disabledLanes = disabled
 	s.metrics.observePass(st)

@@ -401,10 +401,61 @@ func TestSweepScaledTickVisitsScaleTimesTheBudget(t *testing.T) {
 		t.Fatalf("%d feeds over cap, want the 6 not yet visited", got)
 	}
 	// Scale is bounded, so a huge value is one long slice, not a stall.
-	if got := (Tick{Scale: 1 << 30}).scale(); got != maxSliceScale {
+	sw := &s.sweep
+	if got := sw.sliceScale(Tick{Scale: 1 << 30}); got != maxSliceScale {
 		t.Fatalf("scale bound %d, want %d", got, maxSliceScale)
 	}
-	if got := (Tick{}).scale(); got != 1 {
+	if got := sw.sliceScale(Tick{Rows: 1 << 40}); got != maxSliceScale {
+		t.Fatalf("row scale bound %d, want %d", got, maxSliceScale)
+	}
+	if got := sw.sliceScale(Tick{}); got != 1 {
 		t.Fatalf("zero scale = %d, want 1", got)
+	}
+}
+
+// Where one event reaches many viewers, the per-event pace falls behind
+// the rows written; a slice then visits one viewer per rowsPerVisit rows
+// (a quarter of the smallest cap), so feeds stay near their caps.
+func TestSweepPaceFollowsTheRowsWritten(t *testing.T) {
+	run := func(rowPace bool) (SweepResult, int) {
+		feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+			Targets: []Target{{Collection: postNSID, Cap: 8}}}}
+		s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 2, GrownLimit: 1})
+		var follows []Change
+		for i := range 12 {
+			follows = append(follows, follow(fmt.Sprintf("v%02d", i), "alice", "f", 1))
+		}
+		apply(t, s, follows...)
+		settle(t, s, t0, false)
+		var posts []Change
+		for i := range 10 {
+			posts = append(posts, post("alice", fmt.Sprintf("p%d", i), int64(10+i)))
+		}
+		res := apply(t, s, posts...) // 10 rows to each of 12 viewers: 120 rows, 2 over cap each
+		if res.FanoutRows != 120 {
+			t.Fatalf("fan-out wrote %d rows, want 120", res.FanoutRows)
+		}
+		if got := s.sweep.rowsPerVisit; got != 2 {
+			t.Fatalf("rows per visit %d, want a quarter of the cap 8", got)
+		}
+		tk := Tick{Now: t0, Mutated: true}
+		if rowPace {
+			tk.Rows = res.FanoutRows
+		}
+		r, err := s.SweepTick(context.Background(), tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, feedsOverCap(t, s)
+	}
+	// 120 rows at 2 rows a visit ask for 60 visits: a scale of 30 budgets
+	// of 2, which covers all 12 viewers in this one slice.
+	r, over := run(true)
+	if over != 0 || r.Viewers != 12 || r.RowsDeleted != 24 {
+		t.Fatalf("row-paced slice: visited %d, deleted %d, %d feeds over cap; want 12, 24, 0", r.Viewers, r.RowsDeleted, over)
+	}
+	// Paced per event only, the same batch gets one budget of 2 viewers.
+	if r, over := run(false); r.Viewers != 2 || over != 10 {
+		t.Fatalf("event-paced slice: visited %d with %d feeds over cap; want 2 and 10", r.Viewers, over)
 	}
 }
