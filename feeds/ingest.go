@@ -101,7 +101,10 @@ func (w *txWriter) commit() error {
 	}
 	w.s.rememberActors(w.newActors)
 	w.s.viewers.apply(w.viewerChanges)
-	w.s.recordCache.forget(w.changedRecords)
+	if len(w.changedRecords) > 0 {
+		w.s.recordCache.forget(w.changedRecords)
+		w.s.metrics.observeRecordCacheSize(w.s.recordCache)
+	}
 	w.s.boundWAL(w.ctx)
 	return nil
 }

@@ -27,15 +27,21 @@ func newRecordCacheMetrics(reg prometheus.Registerer) *recordCacheMetrics {
 	return m
 }
 
-// observeRecordCache counts one page's lookups and the cache's size.
-func (m *Metrics) observeRecordCache(hits, misses int, c *recordCache) {
-	if m == nil || m.recordCache == nil || c == nil {
+// observeRecordCache counts one page's lookups.
+func (m *Metrics) observeRecordCache(hits, misses int) {
+	if m == nil || m.recordCache == nil {
 		return
 	}
 	m.recordCache.hits.Add(float64(hits))
 	m.recordCache.misses.Add(float64(misses))
-	if misses > 0 {
-		_, b := c.stats()
-		m.recordCache.bytes.Set(float64(b))
+}
+
+// observeRecordCacheSize sets the size gauge; called after every change
+// of the cache's contents (a fill, a forget), so it is never stale.
+func (m *Metrics) observeRecordCacheSize(c *recordCache) {
+	if m == nil || m.recordCache == nil || c == nil {
+		return
 	}
+	_, b := c.stats()
+	m.recordCache.bytes.Set(float64(b))
 }

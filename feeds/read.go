@@ -137,7 +137,7 @@ func (s *Store) pageItems(ctx context.Context, src pageRecords, l *lane, keys []
 		}
 	}
 	if src.cached {
-		s.metrics.observeRecordCache(len(keys)-len(missing), len(missing), s.recordCache)
+		s.metrics.observeRecordCache(len(keys)-len(missing), len(missing))
 	}
 	items := make([]Item, 0, len(keys))
 	for i, r := range recs {
@@ -189,6 +189,7 @@ func (s *Store) readMissing(ctx context.Context, src pageRecords, collection str
 		return fmt.Errorf("read feed records: %w", err)
 	}
 	s.recordCache.put(src.epoch, fresh)
+	s.metrics.observeRecordCacheSize(s.recordCache)
 	return nil
 }
 

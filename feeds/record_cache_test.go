@@ -7,6 +7,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func firstPage(t *testing.T, s *Store, viewer string) []Item {
@@ -62,6 +65,24 @@ func TestRecordCacheForgetsUpdatedAndDeletedRecords(t *testing.T) {
 	items := firstPage(t, s, "alice")
 	if len(items) != 1 || items[0].RKey != "p2" || !strings.HasSuffix(items[0].URI, "/p2") || items[0].CID != "bafypostp2" {
 		t.Fatalf("after delete and a new post: %+v", items)
+	}
+}
+
+// The size gauge follows every change of the cache, a forget included, not
+// only the next miss.
+func TestRecordCacheSizeGaugeFollowsForgets(t *testing.T) {
+	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: defaultFeeds, IndexAll: true,
+		Metrics: NewMetrics(prometheus.NewRegistry()), RecordCacheMB: 1})
+	apply(t, s, follow("alice", "carol", "f1", 1), post("carol", "p1", 10), post("carol", "p2", 11))
+	firstPage(t, s, "alice")
+	gauge := func() float64 { return testutil.ToFloat64(s.metrics.recordCache.bytes) }
+	_, held := s.recordCache.stats()
+	if held == 0 || gauge() != float64(held) {
+		t.Fatalf("after a fill the gauge shows %v, the cache holds %d bytes", gauge(), held)
+	}
+	apply(t, s, unpost("carol", "p1", 20), unpost("carol", "p2", 21))
+	if _, held := s.recordCache.stats(); held != 0 || gauge() != 0 {
+		t.Fatalf("after both records were deleted the gauge shows %v, the cache holds %d bytes", gauge(), held)
 	}
 }
 
