@@ -71,17 +71,18 @@ func (b *bench) cleanup() {
 func (b *bench) tail() int { return 2 * b.daemonConfig().Ingest.BatchSize }
 
 func (b *bench) run(ctx context.Context) error {
-	fmt.Fprintf(b.out, "workload: %d accounts, %d viewers × %d follows (mean), %d events, seed %d; compress=%v; GOMAXPROCS=%d\n",
-		b.o.accounts, b.o.viewers, b.o.follows, b.o.events, b.o.seed, b.o.compress, numCPU())
+	fmt.Fprintf(b.out, "workload: %d accounts, %d viewers × %d follows (mean), %d events (after %d untimed), seed %d; compress=%v; GOMAXPROCS=%d\n",
+		b.o.accounts, b.o.viewers, b.o.follows, b.o.events, b.o.prefill, b.o.seed, b.o.compress, numCPU())
 	if b.o.phase == "read" {
 		// Reuse the database of an earlier ingest run; the live stream
 		// continues where that run's log ended.
 		start := time.Now()
 		b.stream = b.w.Stream()
-		for range b.o.events + b.tail() {
+		logged := b.o.prefill + b.o.events + b.tail()
+		for range logged {
 			b.stream.Next()
 		}
-		fmt.Fprintf(b.out, "skipped the %d logged frames in %.1fs\n", b.o.events+b.tail(), time.Since(start).Seconds())
+		fmt.Fprintf(b.out, "skipped the %d logged frames in %.1fs\n", logged, time.Since(start).Seconds())
 		if err := b.start(ctx, replay.NewPlaylist()); err != nil {
 			return err
 		}

@@ -28,8 +28,9 @@ type generated struct {
 	bytes int64
 }
 
-// generate writes the seeding stream and the main stream (the timed
-// frames plus a tail) to frame logs. The main stream is kept, positioned
+// generate writes the seeding stream (the follow graph, then -prefill
+// stream frames) and the main stream (the timed frames plus a tail) to
+// frame logs. The main stream is kept, positioned
 // after the logged frames, for the read phase's live ingest.
 func (b *bench) generate() error {
 	start := time.Now()
@@ -38,15 +39,25 @@ func (b *bench) generate() error {
 	g.mainPath = filepath.Join(b.dir, "main.frames")
 	g.kinds = map[workload.Kind]int{}
 
+	b.stream = b.w.Stream()
 	err := writeLog(g.seedPath, func(lw *workload.LogWriter) error {
 		graph := b.w.Graph()
 		for f, ok := graph.Next(); ok; f, ok = graph.Next() {
 			if err := lw.Write(f); err != nil {
 				return err
 			}
-			g.seedLastUS = f.TimeUS
+			g.seedLastUS = max(g.seedLastUS, f.TimeUS)
 		}
 		g.seedFrames = graph.Count()
+		// -prefill: the stream's first frames, untimed, so the timed
+		// stream starts with feeds already at their caps.
+		for range b.o.prefill {
+			f := b.stream.Next()
+			if err := lw.Write(f); err != nil {
+				return err
+			}
+			g.seedLastUS = max(g.seedLastUS, f.TimeUS)
+		}
 		return nil
 	})
 	if err != nil {
@@ -57,7 +68,6 @@ func (b *bench) generate() error {
 	for k := range g.ends {
 		g.ends[k] = (k + 1) * n / 10
 	}
-	b.stream = b.w.Stream()
 	err = writeLog(g.mainPath, func(lw *workload.LogWriter) error {
 		var maxUS, maxAllUS int64
 		k := 0

@@ -26,6 +26,7 @@ import (
 
 type options struct {
 	accounts, viewers, follows, events int
+	prefill                            int
 	seed                               uint64
 	compress                           bool
 	phase                              string
@@ -53,6 +54,7 @@ func main() {
 	flag.IntVar(&o.viewers, "viewers", 1_000, "viewers: accounts that follow others (their feeds are kept)")
 	flag.IntVar(&o.follows, "follows", 50, "mean follows per viewer in the seed graph")
 	flag.IntVar(&o.events, "events", 100_000, "frames in the timed ingest stream")
+	flag.IntVar(&o.prefill, "prefill", 0, "stream frames applied untimed with the seed graph, before the timed ones (enough fills the feeds to their caps first)")
 	flag.Uint64Var(&o.seed, "seed", 1, "workload seed")
 	flag.BoolVar(&o.compress, "compress", false, "ask for permessage-deflate (the fake server compresses in this process, so the cost shown is both sides')")
 	flag.StringVar(&o.phase, "phase", "all", "ingest, read or all; read needs -db from an earlier ingest run with the same workload flags")

@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/atfeeds/appview/workload"
 )
 
 // TestIngestPhase runs a tiny ingest phase end to end: generation, the
@@ -109,5 +114,59 @@ func TestCommittedCountsTheFramesACursorCovers(t *testing.T) {
 		if got := g.committed(c.cursor); got != c.want {
 			t.Errorf("committed(%d) = %d, want %d", c.cursor, got, c.want)
 		}
+	}
+}
+
+// TestPrefillMovesTheFirstFramesIntoTheSeedLog: -prefill N puts the
+// stream's first N frames after the follow graph, untimed, and the timed
+// log starts with the stream's frame N+1.
+func TestPrefillMovesTheFirstFramesIntoTheSeedLog(t *testing.T) {
+	logs := func(prefill int) (seed, main []workload.Frame) {
+		o := options{accounts: 200, viewers: 20, follows: 5, events: 300, prefill: prefill, seed: 1,
+			dir: t.TempDir(), logLevel: "error"}
+		b, err := newBench(o, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.cleanup()
+		if err := b.generate(); err != nil {
+			t.Fatal(err)
+		}
+		return readLog(t, b.gen.seedPath), readLog(t, b.gen.mainPath)
+	}
+	seed0, main0 := logs(0)
+	seed, main := logs(100)
+	if len(seed) != len(seed0)+100 {
+		t.Fatalf("seed log holds %d frames, want the %d of the graph and 100 more", len(seed), len(seed0))
+	}
+	for i := range 100 {
+		if string(seed[len(seed0)+i].Data) != string(main0[i].Data) {
+			t.Fatalf("prefill frame %d is not the stream's frame %d", i, i)
+		}
+	}
+	if len(main) != len(main0) || string(main[0].Data) != string(main0[100].Data) {
+		t.Fatalf("timed log: %d frames starting %.60s; want %d starting with the stream's frame 101", len(main), main[0].Data, len(main0))
+	}
+}
+
+func readLog(t *testing.T, path string) []workload.Frame {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var frames []workload.Frame
+	lr := workload.NewLogReader(f)
+	for {
+		fr, err := lr.Next()
+		if errors.Is(err, io.EOF) {
+			return frames
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		fr.Data = append([]byte(nil), fr.Data...)
+		frames = append(frames, fr)
 	}
 }
