@@ -130,9 +130,12 @@ func (w *txWriter) queueGrown() error {
 }
 
 // serveGrown spends up to budget viewer visits on the grown queue in queue
-// order, marks the viewers in visited and returns how many it spent. An author entry is expanded through
-// follows_by_subject from its follower cursor, so a fan-out to a million
-// viewers is trimmed budget viewers at a time.
+// order, marks the viewers in visited and returns how many it spent. An
+// author entry is expanded through follows_by_subject from its follower
+// cursor, so a fan-out to a million viewers is trimmed budget viewers at a
+// time. A viewer already trimmed in this slice (a follower of two queued
+// authors) is not trimmed again, but still spends its visit, so one slice
+// never walks more than budget queued viewers.
 func (w *txWriter) serveGrown(budget int, visited map[int64]bool, deleted *int64) (int, error) {
 	st := w.s.sweep.stmts
 	spent := 0
@@ -150,12 +153,9 @@ func (w *txWriter) serveGrown(budget int, visited map[int64]bool, deleted *int64
 		}
 		after = id
 		if viewer.Valid {
-			n, err := w.trimViewer(viewer.Int64)
-			if err != nil {
+			if err := w.trimOnce(viewer.Int64, visited, deleted); err != nil {
 				return 0, err
 			}
-			*deleted += n
-			visited[viewer.Int64] = true
 			spent++
 			if _, err := w.exec(st.grownDone, id); err != nil {
 				return 0, fmt.Errorf("dequeue grown viewer: %w", err)
@@ -168,12 +168,9 @@ func (w *txWriter) serveGrown(budget int, visited map[int64]bool, deleted *int64
 			return 0, err
 		}
 		for _, v := range followers {
-			n, err := w.trimViewer(v)
-			if err != nil {
+			if err := w.trimOnce(v, visited, deleted); err != nil {
 				return 0, err
 			}
-			*deleted += n
-			visited[v] = true
 		}
 		spent += len(followers)
 		switch {
@@ -189,6 +186,20 @@ func (w *txWriter) serveGrown(budget int, visited map[int64]bool, deleted *int64
 		}
 	}
 	return spent, nil
+}
+
+// trimOnce trims a viewer unless this slice already did.
+func (w *txWriter) trimOnce(viewerID int64, visited map[int64]bool, deleted *int64) error {
+	if visited[viewerID] {
+		return nil
+	}
+	n, err := w.trimViewer(viewerID)
+	if err != nil {
+		return err
+	}
+	*deleted += n
+	visited[viewerID] = true
+	return nil
 }
 
 func (w *txWriter) followersAfter(author, followColl, after int64, limit int) ([]int64, error) {

@@ -33,16 +33,17 @@ func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, sca
 	var deleted int64
 
 	visited := map[int64]bool{}
-	grown, err := w.serveGrown(sw.opts.grownBudget()*scale, visited, &deleted)
+	spent, err := w.serveGrown(sw.opts.grownBudget()*scale, visited, &deleted)
 	if err != nil {
 		return err
 	}
+	grown := len(visited)
 	// The rest of the budget goes to the rolling cursor. Viewers the grown
 	// queue just trimmed are passed over without a second visit, so a
 	// deployment with fewer viewers than the budget is trimmed whole by
 	// every slice.
-	budget := sw.opts.Actors*scale - grown
-	ids, err := w.nextViewers(st.cursorViewer, budget+len(visited)+1)
+	budget := sw.opts.Actors*scale - spent
+	ids, err := w.nextViewers(st.cursorViewer, budget+grown+1)
 	if err != nil {
 		return err
 	}

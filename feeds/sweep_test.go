@@ -459,3 +459,27 @@ func TestSweepPaceFollowsTheRowsWritten(t *testing.T) {
 		t.Fatalf("event-paced slice: visited %d with %d feeds over cap; want 2 and 10", r.Viewers, over)
 	}
 }
+
+// A viewer who follows two authors queued in the same slice is trimmed
+// once: the second author's expansion passes over it, and the rolling
+// cursor does not come back to it either.
+func TestSweepGrownFollowerOfTwoAuthorsIsTrimmedOnce(t *testing.T) {
+	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 1}}}}
+	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 12})
+	var follows []Change
+	for i := range 3 {
+		v := fmt.Sprintf("v%d", i)
+		follows = append(follows, follow(v, "alice", "fa", 1), follow(v, "bob", "fb", 1))
+	}
+	apply(t, s, follows...)
+	settle(t, s, t0, false)
+	res := apply(t, s, post("alice", "a1", 10), post("alice", "a2", 11), post("bob", "b1", 12))
+	r := tick(t, s, t0, res.MutatedFeeds())
+	if r.GrownViewers != 3 || r.Viewers != 3 {
+		t.Fatalf("slice visited %d viewers, %d from the grown queue; want each of the 3 followers once", r.Viewers, r.GrownViewers)
+	}
+	if r.RowsDeleted != 6 || feedsOverCap(t, s) != 0 {
+		t.Fatalf("deleted %d rows, %d feeds over cap; want 6 and 0", r.RowsDeleted, feedsOverCap(t, s))
+	}
+}
