@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"time"
 
@@ -50,11 +51,15 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 		return res, err
 	}
 	defer main.Close()
-	stopProfile, err := startProfile(b.o.cpuProfile)
+	profile := b.o.cpuProfile
+	if b.o.tenthProfiles != "" {
+		profile = tenthProfile(b.o.tenthProfiles, 0)
+	}
+	stopProfile, err := startProfile(profile)
 	if err != nil {
 		return res, err
 	}
-	defer stopProfile()
+	defer func() { stopProfile() }()
 	resetPeakRSS()
 	metrics, err := scrape(ctx, b.base)
 	if err != nil {
@@ -89,6 +94,14 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 			t := res.tenths[k]
 			fmt.Fprintf(b.out, "%-7d %9d %8.2f %10.0f %14.0f %8.0f\n", k+1, t.events, t.seconds,
 				float64(t.events)/t.seconds, t.fanout/t.seconds, float64(t.rssBytes)/(1<<20))
+			if b.o.tenthProfiles != "" && k < 9 {
+				// One CPU profile per tenth, so the first and the last
+				// can be compared (pprof -diff_base).
+				stopProfile()
+				if stopProfile, err = startProfile(tenthProfile(b.o.tenthProfiles, k+1)); err != nil {
+					stopProfile, tickErr = func() {}, err
+				}
+			}
 			if k == 4 && b.o.memProfile != "" {
 				if err := writeHeapProfile(b.o.memProfile); err != nil {
 					tickErr = err
@@ -126,6 +139,11 @@ func (b *bench) printIngest(res ingestResult) {
 	if n := b.logs.warnings.Load(); n > 0 {
 		fmt.Fprintf(b.out, "daemon logged %d warnings or errors (%d mention \"locked\")\n", n, b.logs.locked.Load())
 	}
+}
+
+// tenthProfile is the path of tenth k's CPU profile (-tenth-profiles).
+func tenthProfile(dir string, k int) string {
+	return filepath.Join(dir, fmt.Sprintf("tenth%02d.prof", k+1))
 }
 
 // writeHeapProfile writes the heap in use now to path.

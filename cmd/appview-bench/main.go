@@ -40,6 +40,7 @@ type options struct {
 	limit                              int
 	cpuProfile, readCPUProfile         string
 	memProfile                         string
+	tenthProfiles                      string
 	logLevel                           string
 
 	// client mode: the getFeed load generator, run as a child process
@@ -68,6 +69,7 @@ func main() {
 	flag.Float64Var(&o.readRate, "read-rate", 1000, "ingest rate (events/s) while the clients read")
 	flag.IntVar(&o.limit, "limit", 50, "getFeed page size")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed ingest to this file")
+	flag.StringVar(&o.tenthProfiles, "tenth-profiles", "", "write one CPU profile of the timed ingest per tenth into this directory (tenth01.prof … tenth10.prof; compare with pprof -diff_base); not with -cpuprofile")
 	flag.StringVar(&o.memProfile, "memprofile", "", "write a heap profile (in use) to this file when the timed ingest reaches its fifth tenth, at full speed")
 	flag.StringVar(&o.readCPUProfile, "read-cpuprofile", "", "write a CPU profile of the daemon during the read phase to this file (the client process is not in it)")
 	flag.StringVar(&o.logLevel, "log-level", "error", "daemon log level (warnings are counted either way; the malformed frames make some)")
@@ -106,6 +108,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	if o.events < 10 {
 		return errors.New("-events: must be at least 10")
+	}
+	if o.tenthProfiles != "" && o.cpuProfile != "" {
+		return errors.New("-tenth-profiles and -cpuprofile: one CPU profile at a time")
 	}
 	b, err := newBench(o, out)
 	if err != nil {

@@ -40,6 +40,30 @@ func TestIngestPhase(t *testing.T) {
 	}
 }
 
+// TestTenthProfiles: -tenth-profiles writes one non-empty CPU profile per
+// tenth of the timed ingest.
+func TestTenthProfiles(t *testing.T) {
+	dir := t.TempDir()
+	o := options{
+		accounts: 400, viewers: 40, follows: 10, events: 2000, seed: 1,
+		phase: "ingest", dir: t.TempDir(), logLevel: "error", batchSize: 100, tenthProfiles: dir,
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), o, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for k := range 10 {
+		fi, err := os.Stat(tenthProfile(dir, k))
+		if err != nil || fi.Size() == 0 {
+			t.Errorf("tenth %d profile: %v", k+1, err)
+		}
+	}
+	o.cpuProfile = dir + "/whole.prof"
+	if err := run(context.Background(), o, io.Discard); err == nil {
+		t.Error("-tenth-profiles with -cpuprofile was accepted")
+	}
+}
+
 // TestClient runs the getFeed client against a stand-in daemon.
 func TestClient(t *testing.T) {
 	page := `{"records":[` + strings.Repeat(`{"uri":"at://x","rkey":"3k","value":{}},`, 49) + `{"rkey":"3k"}]}`
