@@ -129,24 +129,23 @@ func (w *txWriter) queueGrown() error {
 	return nil
 }
 
-// serveGrown spends up to budget viewer visits on the grown queue in queue
-// order, marks the viewers in visited and returns how many it spent. An
-// author entry is expanded through follows_by_subject from its follower
-// cursor, so a fan-out to a million viewers is trimmed budget viewers at a
-// time. A viewer already trimmed in this slice (a follower of two queued
-// authors) is not trimmed again, but still spends its visit, so one slice
-// never walks more than budget queued viewers.
-func (w *txWriter) serveGrown(budget int, visited map[int64]bool, deleted *int64) (int, error) {
+// serveGrown walks up to budget queued viewers in queue order, trims them
+// and marks them in visited. An author entry is expanded through
+// follows_by_subject from its follower cursor, so a fan-out to a million
+// viewers is trimmed budget viewers at a time. A viewer already trimmed in
+// this slice (a follower of two queued authors) is not trimmed again but
+// counts toward the walk, so one slice never walks more than budget.
+func (w *txWriter) serveGrown(budget int, visited map[int64]bool, deleted *int64) error {
 	st := w.s.sweep.stmts
-	spent := 0
+	walked := 0
 	var after int64
-	for spent < budget {
+	for walked < budget {
 		var id, afterID int64
 		var viewer, author, coll sql.NullInt64
 		var again bool
 		found, err := w.queryRow(st.grownNext, []any{after}, &id, &viewer, &author, &coll, &afterID, &again)
 		if err != nil {
-			return 0, fmt.Errorf("read grown queue: %w", err)
+			return fmt.Errorf("read grown queue: %w", err)
 		}
 		if !found {
 			break
@@ -154,25 +153,25 @@ func (w *txWriter) serveGrown(budget int, visited map[int64]bool, deleted *int64
 		after = id
 		if viewer.Valid {
 			if err := w.trimOnce(viewer.Int64, visited, deleted); err != nil {
-				return 0, err
+				return err
 			}
-			spent++
+			walked++
 			if _, err := w.exec(st.grownDone, id); err != nil {
-				return 0, fmt.Errorf("dequeue grown viewer: %w", err)
+				return fmt.Errorf("dequeue grown viewer: %w", err)
 			}
 			continue
 		}
-		want := budget - spent
+		want := budget - walked
 		followers, err := w.followersAfter(author.Int64, coll.Int64, afterID, want)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		for _, v := range followers {
 			if err := w.trimOnce(v, visited, deleted); err != nil {
-				return 0, err
+				return err
 			}
 		}
-		spent += len(followers)
+		walked += len(followers)
 		switch {
 		case len(followers) == want:
 			_, err = w.exec(st.grownAdvance, id, followers[len(followers)-1])
@@ -182,10 +181,10 @@ func (w *txWriter) serveGrown(budget int, visited map[int64]bool, deleted *int64
 			_, err = w.exec(st.grownDone, id)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("update grown author: %w", err)
+			return fmt.Errorf("update grown author: %w", err)
 		}
 	}
-	return spent, nil
+	return nil
 }
 
 // trimOnce trims a viewer unless this slice already did.

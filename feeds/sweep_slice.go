@@ -33,8 +33,10 @@ func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, sca
 	var deleted int64
 
 	visited := map[int64]bool{}
-	spent, err := w.serveGrown(sw.opts.grownBudget()*scale, visited, &deleted)
-	if err != nil {
+	// The grown queue walks at most its half of the budget; the viewers
+	// it trimmed (a follower of two queued authors once) are the visits
+	// it used, and the rest of the budget is the rolling cursor's.
+	if err := w.serveGrown(sw.opts.grownBudget()*scale, visited, &deleted); err != nil {
 		return err
 	}
 	grown := len(visited)
@@ -42,7 +44,7 @@ func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, sca
 	// queue just trimmed are passed over without a second visit, so a
 	// deployment with fewer viewers than the budget is trimmed whole by
 	// every slice.
-	budget := sw.opts.Actors*scale - spent
+	budget := sw.opts.Actors*scale - grown
 	ids, err := w.nextViewers(st.cursorViewer, budget+grown+1)
 	if err != nil {
 		return err

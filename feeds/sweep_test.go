@@ -483,3 +483,30 @@ func TestSweepGrownFollowerOfTwoAuthorsIsTrimmedOnce(t *testing.T) {
 		t.Fatalf("deleted %d rows, %d feeds over cap; want 6 and 0", r.RowsDeleted, feedsOverCap(t, s))
 	}
 }
+
+// The viewers the grown queue passes over as already trimmed do not use up
+// the rolling cursor's share: a slice whose budget covers every viewer
+// still trims them all and ends the pass.
+func TestSweepGrownDuplicatesLeaveTheRollingBudget(t *testing.T) {
+	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 1}}}}
+	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 12, GrownLimit: 2})
+	var follows []Change
+	for i := range 3 {
+		v := fmt.Sprintf("v%02d", i)
+		follows = append(follows, follow(v, "alice", "fa", 1), follow(v, "bob", "fb", 1))
+	}
+	for i := range 11 {
+		follows = append(follows, follow(fmt.Sprintf("v%02d", i), "carol", "fc", 1))
+	}
+	apply(t, s, follows...)
+	settle(t, s, t0, false)
+	// alice's and bob's entries fill the queue; carol's is dropped and
+	// left to the rolling cursor.
+	res := apply(t, s, post("alice", "a1", 10), post("bob", "b1", 11), post("carol", "c1", 12), post("carol", "c2", 13))
+	r := tick(t, s, t0, res.MutatedFeeds())
+	if over := feedsOverCap(t, s); over != 0 || r.Viewers != 11 || !r.PassEnded {
+		t.Fatalf("slice visited %d viewers (%d grown), pass ended %v, %d feeds over cap; want all 11 trimmed and the pass ended",
+			r.Viewers, r.GrownViewers, r.PassEnded, over)
+	}
+}
