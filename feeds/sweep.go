@@ -110,11 +110,12 @@ const maxSliceScale = 100
 // rows an event the per-event pace is the faster one; with 100,000 viewers
 // and 70 rows an event feeds ran 45% over cap before this (benchmarks.md).
 func (sw *sweeper) sliceScale(t Tick) int {
-	scale := max(t.Scale, 1)
+	scale := min(max(t.Scale, 1), maxSliceScale)
 	if per := sw.rowsPerVisit * int64(sw.opts.Actors); t.Rows > 0 && per > 0 {
-		scale = max(scale, int((t.Rows+per-1)/per))
+		byRows := min((t.Rows-1)/per+1, maxSliceScale)
+		scale = max(scale, int(byRows))
 	}
-	return min(scale, maxSliceScale)
+	return scale
 }
 
 // rowsPerVisitOf is the row pace of the sweep: a quarter of the smallest
