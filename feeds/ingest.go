@@ -101,10 +101,7 @@ func (w *txWriter) commit() error {
 	}
 	w.s.rememberActors(w.newActors)
 	w.s.viewers.apply(w.viewerChanges)
-	if len(w.changedRecords) > 0 {
-		w.s.recordCache.forget(w.changedRecords)
-		w.s.metrics.observeRecordCacheSize(w.s.recordCache)
-	}
+	w.s.recordCache.forget(w.changedRecords)
 	w.s.boundWAL(w.ctx)
 	return nil
 }

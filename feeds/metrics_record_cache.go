@@ -36,12 +36,12 @@ func (m *Metrics) observeRecordCache(hits, misses int) {
 	m.recordCache.misses.Add(float64(misses))
 }
 
-// observeRecordCacheSize sets the size gauge; called after every change
-// of the cache's contents (a fill, a forget), so it is never stale.
-func (m *Metrics) observeRecordCacheSize(c *recordCache) {
-	if m == nil || m.recordCache == nil || c == nil {
-		return
+// recordCacheSized returns the record cache's size callback: it sets the
+// bytes gauge (nil without metrics).
+func (m *Metrics) recordCacheSized() func(int64) {
+	if m == nil || m.recordCache == nil {
+		return nil
 	}
-	_, b := c.stats()
-	m.recordCache.bytes.Set(float64(b))
+	g := m.recordCache.bytes
+	return func(b int64) { g.Set(float64(b)) }
 }

@@ -189,7 +189,6 @@ func (s *Store) readMissing(ctx context.Context, src pageRecords, collection str
 		return fmt.Errorf("read feed records: %w", err)
 	}
 	s.recordCache.put(src.epoch, fresh)
-	s.metrics.observeRecordCacheSize(s.recordCache)
 	return nil
 }
 

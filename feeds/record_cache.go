@@ -34,6 +34,9 @@ type recordCache struct {
 	bytes int64
 	byID  map[int64]*list.Element // of *cachedRecord
 	lru   list.List               // front: most recently used
+	// sized, when set, is told the bytes held after every change, under
+	// mu, so a gauge never ends on an older value than the cache holds.
+	sized func(bytes int64)
 }
 
 // cachedRecord is an immutable copy of a record's page fields: readers
@@ -125,6 +128,14 @@ func (c *recordCache) put(epoch uint64, recs []*cachedRecord) {
 		delete(c.byID, r.id)
 		c.bytes -= r.size()
 	}
+	c.report()
+}
+
+// report tells sized the bytes held; c.mu is held.
+func (c *recordCache) report() {
+	if c.sized != nil {
+		c.sized(c.bytes)
+	}
 }
 
 // forget drops ids and bumps the epoch, so reads that began before cannot
@@ -144,6 +155,7 @@ func (c *recordCache) forget(ids []int64) {
 			delete(c.byID, id)
 		}
 	}
+	c.report()
 }
 
 // stats returns the entries and bytes held, for the metrics.

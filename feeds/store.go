@@ -216,6 +216,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		viewers:       newViewerSet(),
 		recordCache:   newRecordCache(int64(opts.RecordCacheMB) << 20),
 	}
+	if s.recordCache != nil {
+		s.recordCache.sized = s.metrics.recordCacheSized()
+	}
 	if err := s.init(ctx, opts); err != nil {
 		writer.Close()
 		return nil, err
