@@ -94,13 +94,15 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 			t := res.tenths[k]
 			fmt.Fprintf(b.out, "%-7d %9d %8.2f %10.0f %14.0f %8.0f\n", k+1, t.events, t.seconds,
 				float64(t.events)/t.seconds, t.fanout/t.seconds, float64(t.rssBytes)/(1<<20))
-			if b.o.tenthProfiles != "" && k < 9 {
+			if b.o.tenthProfiles != "" && k < 9 && tickErr == nil {
 				// One CPU profile per tenth, so the first and the last
 				// can be compared (pprof -diff_base).
 				stopProfile()
-				if stopProfile, err = startProfile(tenthProfile(b.o.tenthProfiles, k+1)); err != nil {
-					stopProfile, tickErr = func() {}, err
+				next, err := startProfile(tenthProfile(b.o.tenthProfiles, k+1))
+				if err != nil {
+					next, tickErr = func() {}, err
 				}
+				stopProfile = next
 			}
 			if k == 4 && b.o.memProfile != "" {
 				if err := writeHeapProfile(b.o.memProfile); err != nil {

@@ -109,8 +109,17 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.events < 10 {
 		return errors.New("-events: must be at least 10")
 	}
-	if o.tenthProfiles != "" && o.cpuProfile != "" {
-		return errors.New("-tenth-profiles and -cpuprofile: one CPU profile at a time")
+	if o.tenthProfiles != "" {
+		if o.cpuProfile != "" {
+			return errors.New("-tenth-profiles and -cpuprofile: one CPU profile at a time")
+		}
+		if o.phase == "read" {
+			return errors.New("-tenth-profiles profiles the timed ingest, which -phase read does not run")
+		}
+		// Fail now, not after the seed phase.
+		if err := os.MkdirAll(o.tenthProfiles, 0o755); err != nil {
+			return fmt.Errorf("-tenth-profiles: %w", err)
+		}
 	}
 	b, err := newBench(o, out)
 	if err != nil {
