@@ -373,11 +373,13 @@ func TestSweepGrownAuthorPostingAgainGoesRoundAgain(t *testing.T) {
 	}
 }
 
-// A catch-up batch of k ordinary batches' worth of events runs one slice
-// of k budgets: the sweep's pace per event does not depend on batching.
-func TestSweepScaledTickVisitsScaleTimesTheBudget(t *testing.T) {
+// twelveFollowersOfAlice opens a store whose one lane has the given cap,
+// a slice budget of 2 and a grown queue of 1 (so the rolling cursor does
+// the work), with twelve viewers following alice, swept to rest.
+func twelveFollowersOfAlice(t *testing.T, laneCap int) *Store {
+	t.Helper()
 	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-		Targets: []Target{{Collection: postNSID, Cap: 1}}}}
+		Targets: []Target{{Collection: postNSID, Cap: laneCap}}}}
 	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 2, GrownLimit: 1})
 	var follows []Change
 	for i := range 12 {
@@ -385,6 +387,13 @@ func TestSweepScaledTickVisitsScaleTimesTheBudget(t *testing.T) {
 	}
 	apply(t, s, follows...)
 	settle(t, s, t0, false)
+	return s
+}
+
+// A catch-up batch of k ordinary batches' worth of events runs one slice
+// of k budgets: the sweep's pace per event does not depend on batching.
+func TestSweepScaledTickVisitsScaleTimesTheBudget(t *testing.T) {
+	s := twelveFollowersOfAlice(t, 1)
 	res := apply(t, s, post("alice", "p1", 10), post("alice", "p2", 11))
 
 	r, err := s.SweepTick(context.Background(), Tick{Now: t0, Mutated: res.MutatedFeeds(), Scale: 3})
@@ -418,15 +427,7 @@ func TestSweepScaledTickVisitsScaleTimesTheBudget(t *testing.T) {
 // (a quarter of the smallest cap), so feeds stay near their caps.
 func TestSweepPaceFollowsTheRowsWritten(t *testing.T) {
 	run := func(rowPace bool) (SweepResult, int) {
-		feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-			Targets: []Target{{Collection: postNSID, Cap: 8}}}}
-		s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 2, GrownLimit: 1})
-		var follows []Change
-		for i := range 12 {
-			follows = append(follows, follow(fmt.Sprintf("v%02d", i), "alice", "f", 1))
-		}
-		apply(t, s, follows...)
-		settle(t, s, t0, false)
+		s := twelveFollowersOfAlice(t, 8)
 		var posts []Change
 		for i := range 10 {
 			posts = append(posts, post("alice", fmt.Sprintf("p%d", i), int64(10+i)))
