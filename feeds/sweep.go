@@ -103,12 +103,13 @@ const maxSliceScale = 100
 // sliceScale is how many budgets of SweepOptions.Actors the tick's slice
 // visits: as many as ordinary batches its batch stands for, and enough to
 // visit one viewer per rowsPerVisit rows the batch wrote. The second keeps
-// feeds near their caps whatever the fan-out per event: a full pass then
-// completes before the average viewer has received rowsPerVisit new rows,
-// however many viewers there are (a pass of V viewers takes V visits, so
-// V × rowsPerVisit rows, spread over V feeds). With 10,000 viewers and 16
-// rows an event the per-event pace is the faster one; with 100,000 viewers
-// and 70 rows an event feeds ran 45% over cap before this (benchmarks.md).
+// feeds near their caps whatever the fan-out per event: visits keep up
+// with rows however many viewers there are, and the rolling cursor, which
+// gets at least half of each slice, completes a pass before the average
+// viewer has received about 2 × rowsPerVisit new rows (docs/prune.md).
+// With 10,000 viewers and 16 rows an event the per-event pace is the
+// faster one; with 100,000 viewers and 70 rows an event feeds ran 45%
+// over cap before this (benchmarks.md).
 func (sw *sweeper) sliceScale(t Tick) int {
 	scale := min(max(t.Scale, 1), maxSliceScale)
 	if per := sw.rowsPerVisit * int64(sw.opts.Actors); t.Rows > 0 && per > 0 {
@@ -119,8 +120,8 @@ func (sw *sweeper) sliceScale(t Tick) int {
 }
 
 // rowsPerVisitOf is the row pace of the sweep: a quarter of the smallest
-// enabled cap, so a feed overshoots its cap by about a quarter between
-// visits at worst on average.
+// enabled cap, so a feed runs a quarter to a half over its cap between
+// visits on average.
 func rowsPerVisitOf(lanes []lane) int64 {
 	smallest := 0
 	for _, l := range lanes {
