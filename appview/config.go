@@ -41,7 +41,9 @@ type DatabaseConfig struct {
 	// feeds of every viewer a batch reaches, so a cache that holds the
 	// hot part of feed_items saves reading pages back from the file
 	// (docs/benchmarks.md). Each of the read connections has its own,
-	// smaller cache.
+	// smaller cache. In RSS it costs about twice its size: SQLite
+	// allocates a page with its header (about 4.3 KiB) and modernc's
+	// allocator rounds that up to an 8 KiB slot.
 	CacheMB int `yaml:"cache_mb"`
 	// ReadMmapMB memory-maps up to that much of the database for the read
 	// connections serving getFeed (0: off). Mapped pages the reads touch
