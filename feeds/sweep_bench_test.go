@@ -26,8 +26,7 @@ func BenchmarkSweepSlice(b *testing.B) {
 	)
 	for _, total := range []int{100_000, 1_000_000, 10_000_000} {
 		b.Run(fmt.Sprintf("rows=%s", countLabel(total)), func(b *testing.B) {
-			feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-				Targets: []Target{{Collection: postNSID, Cap: cap}}}}
+			feeds := followingPosts(cap)
 			s := openSweep(b, b.TempDir()+"/appview.db", feeds, SweepOptions{Actors: sliceViewers, VacuumPages: -1})
 			lane := s.lanes[0].id
 			// The slice's viewers sit in the middle of the id range, the

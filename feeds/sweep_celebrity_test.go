@@ -18,8 +18,7 @@ func TestSweepTrimsACelebrityFanoutWithinItsTickBound(t *testing.T) {
 		viewers, actors = 2_000, 20
 	}
 	const cap = 2
-	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-		Targets: []Target{{Collection: postNSID, Cap: cap}}}}
+	feeds := followingPosts(cap)
 	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: actors})
 	seedFollowers(t, s, viewers)
 	// Every viewer at cap, the sweep idle: no pass due, nothing queued.

@@ -19,6 +19,12 @@ const noteNSID = syntax.NSID("com.example.note")
 // from the wall clock.
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// followingPosts is one feed, "following", of posts with the given cap.
+func followingPosts(laneCap int) []Feed {
+	return []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: laneCap}}}}
+}
+
 func openSweep(tb testing.TB, path string, feeds []Feed, opts SweepOptions) *Store {
 	tb.Helper()
 	return mustOpenWith(tb, Options{Path: path, Feeds: feeds, IndexAll: true, Sweep: opts})
@@ -213,8 +219,7 @@ func TestSweepIdleTickWithNoPassDueIssuesNoDelete(t *testing.T) {
 }
 
 func TestSweepFollowMergeQueuesTheViewer(t *testing.T) {
-	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-		Targets: []Target{{Collection: postNSID, Cap: 2}}}}
+	feeds := followingPosts(2)
 	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 2})
 	// Ten viewers at cap, then a full pass so the rolling cursor is back
 	// at the start.
@@ -242,8 +247,7 @@ func TestSweepFollowMergeQueuesTheViewer(t *testing.T) {
 }
 
 func TestSweepGrownQueueOverflowFallsBackToTheRollingCursor(t *testing.T) {
-	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-		Targets: []Target{{Collection: postNSID, Cap: 1}}}}
+	feeds := followingPosts(1)
 	reg := prometheus.NewRegistry()
 	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: feeds, IndexAll: true,
 		Metrics: NewMetrics(reg), Sweep: SweepOptions{Actors: 4, GrownLimit: 2}})
@@ -288,8 +292,7 @@ func TestSweepClearsLanesThatLeftTheConfig(t *testing.T) {
 }
 
 func TestSweepMetrics(t *testing.T) {
-	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-		Targets: []Target{{Collection: postNSID, Cap: 1}}}}
+	feeds := followingPosts(1)
 	reg := prometheus.NewRegistry()
 	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: feeds, IndexAll: true,
 		Metrics: NewMetrics(reg), Sweep: SweepOptions{Actors: 10}})
@@ -321,8 +324,7 @@ func TestSweepMetrics(t *testing.T) {
 }
 
 func TestSweepTrimsADeploymentSmallerThanTheBudgetInOneTick(t *testing.T) {
-	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-		Targets: []Target{{Collection: postNSID, Cap: 1}}}}
+	feeds := followingPosts(1)
 	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 4})
 	apply(t, s, follow("v1", "alice", "f", 1), follow("v2", "alice", "f", 1), follow("v3", "alice", "f", 1))
 	settle(t, s, t0, false)
@@ -341,8 +343,7 @@ func TestSweepTrimsADeploymentSmallerThanTheBudgetInOneTick(t *testing.T) {
 // already passed grew again when the author posts mid-expansion, so the
 // entry goes round once more instead of ending.
 func TestSweepGrownAuthorPostingAgainGoesRoundAgain(t *testing.T) {
-	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-		Targets: []Target{{Collection: postNSID, Cap: 1}}}}
+	feeds := followingPosts(1)
 	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 2})
 	apply(t, s, follow("v1", "alice", "f", 1), follow("v2", "alice", "f", 1), follow("v3", "alice", "f", 1))
 	settle(t, s, t0, false)
@@ -378,8 +379,7 @@ func TestSweepGrownAuthorPostingAgainGoesRoundAgain(t *testing.T) {
 // the work), with twelve viewers following alice, swept to rest.
 func twelveFollowersOfAlice(t *testing.T, laneCap int) *Store {
 	t.Helper()
-	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-		Targets: []Target{{Collection: postNSID, Cap: laneCap}}}}
+	feeds := followingPosts(laneCap)
 	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 2, GrownLimit: 1})
 	var follows []Change
 	for i := range 12 {
@@ -465,8 +465,7 @@ func TestSweepPaceFollowsTheRowsWritten(t *testing.T) {
 // once: the second author's expansion passes over it, and the rolling
 // cursor does not come back to it either.
 func TestSweepGrownFollowerOfTwoAuthorsIsTrimmedOnce(t *testing.T) {
-	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-		Targets: []Target{{Collection: postNSID, Cap: 1}}}}
+	feeds := followingPosts(1)
 	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 12})
 	var follows []Change
 	for i := range 3 {
@@ -489,8 +488,7 @@ func TestSweepGrownFollowerOfTwoAuthorsIsTrimmedOnce(t *testing.T) {
 // the rolling cursor's share: a slice whose budget covers every viewer
 // still trims them all and ends the pass.
 func TestSweepGrownDuplicatesLeaveTheRollingBudget(t *testing.T) {
-	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-		Targets: []Target{{Collection: postNSID, Cap: 1}}}}
+	feeds := followingPosts(1)
 	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 12, GrownLimit: 2})
 	var follows []Change
 	for i := range 3 {
