@@ -41,9 +41,9 @@ type DatabaseConfig struct {
 	// feeds of every viewer a batch reaches, so a cache that holds the
 	// hot part of feed_items saves reading pages back from the file
 	// (docs/benchmarks.md). Each of the read connections has its own,
-	// smaller cache. In RSS it costs about twice its size: SQLite
-	// allocates a page with its header (about 4.3 KiB) and modernc's
-	// allocator rounds that up to an 8 KiB slot.
+	// smaller cache. The daemon puts all the caches in one slab reserved
+	// at start (feeds.ReservePageSlab), resident from then on: allocated
+	// page by page, each would cost twice its size in RSS.
 	CacheMB int `yaml:"cache_mb"`
 	// ReadMmapMB memory-maps up to that much of the database for the read
 	// connections serving getFeed (0: off). Mapped pages the reads touch

@@ -62,7 +62,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 	reg := newRegistry(Version)
 
 	storeFeeds, specs := feedDefinitions(cfg)
-	store, err := feeds.Open(ctx, feeds.Options{
+	storeOpts := feeds.Options{
 		Path:          cfg.Database.Path,
 		CacheMB:       cfg.Database.CacheMB,
 		ReadMmapMB:    cfg.Database.ReadMmapMB,
@@ -78,11 +78,14 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 			Retention:        cfg.Sweep.Retention,
 			TombstoneWindow:  cfg.Sweep.TombstoneWindow,
 		},
-	})
+	}
+	reservePageSlab(log, storeOpts.PageCacheMB())
+	store, err := feeds.Open(ctx, storeOpts)
 	if err != nil {
 		return nil, err
 	}
 	registerLag(reg, store, time.Now)
+	reg.MustRegister(newPageSlabCollector())
 	if change, err := store.CheckScope(ctx, cfg.WantedCollections()); err != nil {
 		store.Close()
 		return nil, err

@@ -150,6 +150,35 @@ type laneKey struct {
 // DefaultCacheMB is the writer's page cache when Options leave it unset.
 const DefaultCacheMB = 64
 
+// readerCacheMB is the page cache of each read connection, and
+// defaultReadConns the size of the read pool when Options leave it unset.
+const (
+	readerCacheMB    = 8
+	defaultReadConns = 4
+)
+
+// tempCacheMB allows for the pages of the writer's in-memory temp tables
+// (the pending fan-out of a batch), which live in the page cache too.
+const tempCacheMB = 8
+
+func (o Options) withDefaults() Options {
+	if o.ReadConns <= 0 {
+		o.ReadConns = defaultReadConns
+	}
+	if o.CacheMB <= 0 {
+		o.CacheMB = DefaultCacheMB
+	}
+	return o
+}
+
+// PageCacheMB is what the Store's page caches hold together when full:
+// the writer's, each read connection's, and the writer's temp tables. It
+// sizes the page slab (ReservePageSlab).
+func (o Options) PageCacheMB() int {
+	o = o.withDefaults()
+	return o.CacheMB + o.ReadConns*readerCacheMB + tempCacheMB
+}
+
 // walAutocheckpointPages is how large the WAL grows (in 4 KiB pages) before
 // a commit folds it back into the database. SQLite's default of 1,000 (4
 // MB) is less than one catch-up batch writes, so every commit paid for a
@@ -171,12 +200,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.ReadConns <= 0 {
-		opts.ReadConns = 4
-	}
-	if opts.CacheMB <= 0 {
-		opts.CacheMB = DefaultCacheMB
-	}
+	opts = opts.withDefaults()
 	if opts.WALPages <= 0 {
 		opts.WALPages = walAutocheckpointPages
 	}
@@ -254,7 +278,7 @@ func dsn(path string, readOnly bool) string {
 	q.Add("_pragma", "temp_store(memory)")
 	if readOnly {
 		q.Add("_pragma", "query_only(1)")
-		q.Add("_pragma", "cache_size(-8192)")
+		q.Add("_pragma", fmt.Sprintf("cache_size(%d)", -readerCacheMB*1024))
 	} else {
 		q.Set("_txlock", "immediate")
 	}
