@@ -79,3 +79,59 @@ func TestNewerDatabaseIsRefused(t *testing.T) {
 		t.Fatalf("err = %v, want a refusal naming the newer version", err)
 	}
 }
+
+// TestRecordsByKeyLeadsWithTheRKey: version 9 rebuilds records_by_key with
+// the rkey first (new TIDs land at its end) and keeps its promise: one
+// record per (author, collection, rkey), whatever the column order.
+func TestRecordsByKeyLeadsWithTheRKey(t *testing.T) {
+	ms, err := Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := openDB(t)
+	ctx := context.Background()
+	for _, m := range ms[:8] {
+		if err := apply(ctx, db, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert := `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
+		VALUES (?, 1, ?, 'c', 'r', 1, 1, 1, '{}')`
+	for _, r := range []struct {
+		actor int
+		rkey  string
+	}{{1, "3kaaaaaaaaaa2"}, {2, "3kaaaaaaaaaa2"}, {1, "3kbbbbbbbbbb2"}} {
+		if _, err := db.Exec(insert, r.actor, r.rkey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	var cols []string
+	rows, err := db.Query(`SELECT name FROM pragma_index_info('records_by_key') ORDER BY seqno`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		cols = append(cols, c)
+	}
+	rows.Close()
+	if got, want := strings.Join(cols, ","), "rkey,actor_id,collection_id"; got != want {
+		t.Errorf("records_by_key columns %s, want %s", got, want)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM records`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("%d records after the upgrade (%v), want the 3 stored before", n, err)
+	}
+	if _, err := db.Exec(insert, 2, "3kaaaaaaaaaa2"); err == nil || !strings.Contains(err.Error(), "UNIQUE") {
+		t.Errorf("a second record under a stored key: %v, want a UNIQUE violation", err)
+	}
+	if _, err := db.Exec(insert, 2, "3kbbbbbbbbbb2"); err != nil {
+		t.Errorf("another author's record under the same rkey: %v, want it stored", err)
+	}
+}
