@@ -11,12 +11,18 @@ import (
 
 // reservePageSlab gives SQLite's page caches one slab sized for the
 // store's caches (feeds/pageslab.go), which halves what they cost in RSS.
-// Only the first daemon of a process gets it; without it the caches work
-// as before, so a failure is logged, not fatal.
+// The slab is per process and sized by the first daemon; without it the
+// caches work as before, so a failure is logged, not fatal.
 func reservePageSlab(log *slog.Logger, mb int) {
 	err := feeds.ReservePageSlab(mb)
 	switch {
 	case err == nil:
+		// A later daemon of the same process (tests) shares the first
+		// one's slab; the slab bounds all caches together.
+		if u, err := feeds.PageSlab(); err == nil && u.Slots*4096 < int64(mb)<<20 {
+			log.Info("sqlite_page_slab_smaller", "component", "daemon",
+				"slab_mb", u.Slots*4096>>20, "caches_mb", mb)
+		}
 	case errors.Is(err, feeds.ErrPageSlabTooLate):
 		log.Info("sqlite_page_slab_skipped", "component", "daemon", "reason", err)
 	default:

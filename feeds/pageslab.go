@@ -3,10 +3,12 @@ package feeds
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"unsafe"
 
 	"modernc.org/libc"
+	"modernc.org/libc/sys/types"
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
@@ -44,9 +46,9 @@ const slabPageSize = 4096
 
 // ReservePageSlab gives SQLite's page caches one slab of mb MiB of pages
 // for the whole process. Call it once, before the first Open; later calls
-// return the first call's result. It returns ErrPageSlabTooLate when a
-// connection was opened first: the caches then allocate page by page, as
-// without a slab.
+// change nothing and return the first call's result (PageSlab tells the
+// size it got). It returns ErrPageSlabTooLate when a connection was opened
+// first: the caches then allocate page by page, as without a slab.
 func ReservePageSlab(mb int) error {
 	slabOnce.Do(func() { slabErr = reservePageSlab(mb) })
 	return slabErr
@@ -58,13 +60,14 @@ func reservePageSlab(mb int) error {
 	}
 	tls := libc.NewTLS()
 	defer tls.Close()
-	// Two words: the va_list of a config call, and an int out-parameter.
-	scratch := libc.Xcalloc(tls, 2, 8)
+	// Four words: the va_list of a config call (VaList writes a word per
+	// argument, three at most below) and an int out-parameter after it.
+	scratch := libc.Xcalloc(tls, 4, 8)
 	if scratch == 0 {
 		return errors.New("sqlite page slab: out of memory")
 	}
 	defer libc.Xfree(tls, scratch)
-	va, out := scratch, scratch+8
+	va, out := scratch, scratch+3*8
 
 	// What SQLite adds to each page: its header, and the b-tree's and the
 	// pager's state for the page.
@@ -74,7 +77,11 @@ func reservePageSlab(mb int) error {
 	slot := int64(slabPageSize + *cInt32(out))
 	slot = (slot + 7) &^ 7 // SQLite rounds slots down to 8 bytes
 	slots := int64(mb) << 20 / slabPageSize
-	buf := libc.Xmalloc(tls, uint64(slots*slot))
+	size := types.Size_t(slots * slot)
+	if int64(size) != slots*slot || slots > math.MaxInt32 {
+		return fmt.Errorf("sqlite page slab: %d MiB does not fit this platform's address space", mb)
+	}
+	buf := libc.Xmalloc(tls, size)
 	if buf == 0 {
 		return fmt.Errorf("sqlite page slab: cannot allocate %d MiB", slots*slot>>20)
 	}

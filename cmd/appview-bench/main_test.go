@@ -42,8 +42,8 @@ func TestIngestPhase(t *testing.T) {
 	}
 }
 
-// TestTenthProfiles: -tenth-profiles writes one non-empty CPU profile per
-// tenth of the timed ingest.
+// TestTenthProfiles: -tenth-profiles writes one CPU profile per tenth of
+// the timed ingest.
 func TestTenthProfiles(t *testing.T) {
 	dir := t.TempDir()
 	o := options{
