@@ -19,9 +19,9 @@ func reservePageSlab(log *slog.Logger, mb int) {
 	case err == nil:
 		// A later daemon of the same process (tests) shares the first
 		// one's slab; the slab bounds all caches together.
-		if u, err := feeds.PageSlab(); err == nil && u.Slots*4096 < int64(mb)<<20 {
+		if u, err := feeds.PageSlab(); err == nil && u.PagesMB() < int64(mb) {
 			log.Info("sqlite_page_slab_smaller", "component", "daemon",
-				"slab_mb", u.Slots*4096>>20, "caches_mb", mb)
+				"slab_mb", u.PagesMB(), "caches_mb", mb)
 		}
 	case errors.Is(err, feeds.ErrPageSlabTooLate):
 		log.Info("sqlite_page_slab_skipped", "component", "daemon", "reason", err)

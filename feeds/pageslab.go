@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"modernc.org/libc"
@@ -30,10 +31,11 @@ import (
 // also bounds what the caches can hold together.
 
 var (
-	slabOnce  sync.Once
-	slabErr   error
-	slabSlots int64 // slots in the slab, once configured
-	slabSlot  int64 // bytes per slot
+	slabOnce sync.Once
+	slabErr  error
+	// The slab's slots and bytes per slot, once configured; read by
+	// metrics scrapes on other goroutines.
+	slabSlots, slabSlot atomic.Int64
 )
 
 // ErrPageSlabTooLate is returned when SQLite was started before the slab
@@ -91,7 +93,8 @@ func reservePageSlab(mb int) error {
 		return configError(rc)
 	}
 	// The slab is never freed: SQLite owns it for the life of the process.
-	slabSlots, slabSlot = slots, slot
+	slabSlot.Store(slot)
+	slabSlots.Store(slots)
 	return nil
 }
 
@@ -113,6 +116,9 @@ type PageSlabUse struct {
 	OverflowBytes int64
 }
 
+// PagesMB is how many MiB of pages the slab holds.
+func (u PageSlabUse) PagesMB() int64 { return u.Slots * slabPageSize >> 20 }
+
 // PageSlab reports the page caches' use of the slab.
 func PageSlab() (PageSlabUse, error) {
 	tls := libc.NewTLS()
@@ -128,7 +134,7 @@ func PageSlab() (PageSlabUse, error) {
 		}
 		return *cInt64(out), nil
 	}
-	u := PageSlabUse{SlotBytes: slabSlot, Slots: slabSlots}
+	u := PageSlabUse{SlotBytes: slabSlot.Load(), Slots: slabSlots.Load()}
 	var err error
 	if u.UsedSlots, err = read(sqlite3.SQLITE_STATUS_PAGECACHE_USED); err != nil {
 		return u, err
