@@ -154,6 +154,22 @@ func (w *txWriter) exec(st *sql.Stmt, args ...any) (int64, error) {
 	return r.RowsAffected()
 }
 
+// insert runs an INSERT of at most one row into a rowid table and returns
+// the new row's id; inserted is false when the statement changed nothing
+// (a conflict it ignores, a WHERE that held it back).
+func (w *txWriter) insert(st *sql.Stmt, args ...any) (id int64, inserted bool, err error) {
+	r, err := w.stmt(st).ExecContext(w.ctx, args...)
+	if err != nil {
+		return 0, false, err
+	}
+	n, err := r.RowsAffected()
+	if err != nil || n == 0 {
+		return 0, false, err
+	}
+	id, err = r.LastInsertId()
+	return id, err == nil, err
+}
+
 // queryRow scans one row; found is false when there is none.
 func (w *txWriter) queryRow(st *sql.Stmt, args []any, dest ...any) (found bool, err error) {
 	err = w.stmt(st).QueryRowContext(w.ctx, args...).Scan(dest...)

@@ -108,10 +108,8 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 func (w *txWriter) createNew(c *Change, actorID, collID int64) (done bool, err error) {
 	st := w.s.stmts
 	sortUS := c.SortKey()
-	var recordID int64
-	inserted, err := w.queryRow(st.insertNewRecord,
-		[]any{actorID, collID, string(c.RKey), c.CID, c.Rev, sortUS, c.TimeUS, c.CreatedAtUS, string(c.Record)},
-		&recordID)
+	recordID, inserted, err := w.insert(st.insertNewRecord,
+		actorID, collID, string(c.RKey), c.CID, c.Rev, sortUS, c.TimeUS, c.CreatedAtUS, string(c.Record))
 	if err != nil {
 		return false, fmt.Errorf("insert record: %w", err)
 	}
