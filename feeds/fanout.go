@@ -109,6 +109,44 @@ func (w *txWriter) queueFanout(authorID, collID, sortUS, recordID int64) error {
 		return fmt.Errorf("queue fan-out: %w", err)
 	}
 	w.pendingFanout++
+	if !w.s.indexAll {
+		if w.pendingAuthors == nil {
+			w.pendingAuthors = map[[2]int64]struct{}{}
+		}
+		w.pendingAuthors[[2]int64{authorID, collID}] = struct{}{}
+	}
+	return nil
+}
+
+// growFanoutAuthors queues for the sweep the followers of every author the
+// fan-out reached. Outside index_all mode a target record is only stored
+// when its author is followed by a viewer (authorInScope), so every queued
+// author has followers and the list is known without a query; an author
+// whose only follower is itself costs the sweep one empty expansion. In
+// index_all mode every author's records are stored, most with no
+// follower, so the grown statement keeps those out of the bounded queue.
+func (w *txWriter) growFanoutAuthors() error {
+	if !w.s.indexAll {
+		for k := range w.pendingAuthors {
+			w.grewFollowersOf(k[0], k[1])
+		}
+		return nil
+	}
+	rows, err := w.stmt(w.s.stmts.fan.grown).QueryContext(w.ctx)
+	if err != nil {
+		return fmt.Errorf("list grown authors: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a grownAuthor
+		if err := rows.Scan(&a.author, &a.followColl); err != nil {
+			return fmt.Errorf("list grown authors: %w", err)
+		}
+		w.grown.addAuthor(a)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list grown authors: %w", err)
+	}
 	return nil
 }
 
@@ -130,25 +168,14 @@ func (w *txWriter) applyFanout() error {
 	}
 	w.res.FanoutRows += n
 	if n > 0 {
-		rows, err := w.stmt(st.grown).QueryContext(w.ctx)
-		if err != nil {
-			return fmt.Errorf("list grown authors: %w", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var a grownAuthor
-			if err := rows.Scan(&a.author, &a.followColl); err != nil {
-				return fmt.Errorf("list grown authors: %w", err)
-			}
-			w.grown.addAuthor(a)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("list grown authors: %w", err)
+		if err := w.growFanoutAuthors(); err != nil {
+			return err
 		}
 	}
 	if _, err := w.exec(st.clear); err != nil {
 		return fmt.Errorf("clear pending fan-out: %w", err)
 	}
 	w.pendingFanout = 0
+	clear(w.pendingAuthors)
 	return nil
 }

@@ -121,6 +121,9 @@ type txWriter struct {
 	grown      grownBatch // feeds this transaction grew, queued for the sweep
 	// pendingFanout counts target records queued for the fan-out at commit.
 	pendingFanout int
+	// pendingAuthors are the (author, target collection) pairs queued,
+	// outside index_all mode (growFanoutAuthors).
+	pendingAuthors map[[2]int64]struct{}
 	// viewerChanges reach the in-memory viewer set once committed.
 	viewerChanges []viewerChange
 	// changedRecords were updated or deleted; the record cache forgets

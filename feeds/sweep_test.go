@@ -509,3 +509,46 @@ func TestSweepGrownDuplicatesLeaveTheRollingBudget(t *testing.T) {
 			r.Viewers, r.GrownViewers, r.PassEnded, over)
 	}
 }
+
+// Outside index_all mode the fan-out's grown authors are known without a
+// query (growFanoutAuthors): every stored post's author is followed by a
+// viewer. A post queues its author once; a replayed post, which fans out
+// nothing, queues nothing; and the entry trims the followers to cap.
+func TestSweepGrownAuthorsOutsideIndexAll(t *testing.T) {
+	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: followingPosts(1), Sweep: SweepOptions{Actors: 2}})
+	ctx := context.Background()
+	for _, v := range []string{"v1", "v2", "v3"} {
+		if _, err := s.RegisterViewer(ctx, did(v), "following", t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(t, s, follow("v1", "alice", "f", 1), follow("v2", "alice", "f", 1), follow("v3", "alice", "f", 1))
+	settle(t, s, t0, false)
+	grown := func() (entries int, author string) {
+		entries = querySQL[int](t, s, `SELECT count(*) FROM sweep_grown`)
+		if entries == 1 {
+			author = querySQL[string](t, s, `SELECT a.did FROM sweep_grown g JOIN actors a ON a.id = g.author_id`)
+		}
+		return entries, author
+	}
+
+	res := apply(t, s, post("alice", "p1", 10), post("alice", "p2", 11), post("nobody", "p1", 12))
+	if res.FanoutRows != 6 || res.OutOfScope != 1 {
+		t.Fatalf("fan-out %d rows, %d out of scope; want 6 and 1", res.FanoutRows, res.OutOfScope)
+	}
+	if n, author := grown(); n != 1 || author != string(did("alice")) {
+		t.Fatalf("grown queue: %d entries (author %q); want one, alice", n, author)
+	}
+	settle(t, s, t0, res.MutatedFeeds())
+	if n, _ := grown(); n != 0 || feedsOverCap(t, s) != 0 {
+		t.Fatalf("after the sweep: %d grown entries, %d feeds over cap", n, feedsOverCap(t, s))
+	}
+
+	res = apply(t, s, post("alice", "p2", 11)) // a replay: stored already
+	if res.FanoutRows != 0 {
+		t.Fatalf("a replayed post fanned out %d rows", res.FanoutRows)
+	}
+	if n, _ := grown(); n != 0 {
+		t.Fatalf("a replayed post queued %d grown entries", n)
+	}
+}
