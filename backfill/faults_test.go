@@ -82,6 +82,10 @@ func TestInterruptedListingResumesFromItsPageCursor(t *testing.T) {
 	for i := range 350 {
 		w.follow(viewer, did(fmt.Sprint("acct", i)), i)
 	}
+	// Only viewers' follows are stored.
+	if _, err := w.store.RegisterViewer(context.Background(), viewer, "following", w.clock); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var followPages atomic.Int32
 	w.gate.Store(func(r *http.Request) {

@@ -112,8 +112,9 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		failpoint.Hit(failpoint.BackfillAfterPage)
 		run.Pages++
 		run.Written += res.Written
-		if res.Stale {
-			// Another run is ahead of us on this listing; it finishes it.
+		if res.Stale || res.NotViewer {
+			// Another run is ahead of us on this listing and finishes it,
+			// or the account no longer reads a feed these follows build.
 			return nil
 		}
 		st = next

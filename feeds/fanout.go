@@ -56,7 +56,7 @@ var fanoutSQL = struct {
 			AND r.collection_id = p.collection_id AND r.sort_us = p.sort_us
 		CROSS JOIN feed_targets t ON t.collection_id = p.collection_id AND t.enabled = 1
 		CROSS JOIN follows f ON f.subject_id = p.author_id AND f.collection_id = t.follow_collection_id
-		WHERE f.actor_id <> p.author_id`, // + audienceFilter(indexAll) + fanoutOrder
+		WHERE f.actor_id <> p.author_id`, // + audienceFilter(…) + fanoutOrder
 	// grown lists the (author, follow collection) pairs the fan-out reached
 	// someone through, for the sweep's grown queue.
 	grown: `SELECT DISTINCT p.author_id, t.follow_collection_id
@@ -76,7 +76,7 @@ type fanoutStatements struct {
 // prepareFanout creates the connection's pending table and prepares the
 // statements on it. db must be the single-connection writer pool: a TEMP
 // table exists on the connection that created it only.
-func prepareFanout(ctx context.Context, db *sql.DB, indexAll bool) (*fanoutStatements, error) {
+func prepareFanout(ctx context.Context, db *sql.DB, audienceImplied bool) (*fanoutStatements, error) {
 	if _, err := db.ExecContext(ctx, fanoutSQL.createPending); err != nil {
 		return nil, fmt.Errorf("create pending fan-out table: %w", err)
 	}
@@ -86,10 +86,10 @@ func prepareFanout(ctx context.Context, db *sql.DB, indexAll bool) (*fanoutState
 		sql string
 	}{
 		{&st.queue, fanoutSQL.queue},
-		{&st.apply, fanoutSQL.apply + audienceFilter(indexAll) + fanoutOrder},
+		{&st.apply, fanoutSQL.apply + audienceFilter(audienceImplied) + fanoutOrder},
 		// One record's rows already come in follower order from
 		// follows_by_subject: sorting them again only costs.
-		{&st.applyOne, fanoutSQL.apply + audienceFilter(indexAll)},
+		{&st.applyOne, fanoutSQL.apply + audienceFilter(audienceImplied)},
 		{&st.grown, fanoutSQL.grown},
 		{&st.clear, fanoutSQL.clear},
 	} {

@@ -69,7 +69,7 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 // caller holds writeMu.
 func (s *Store) begin(ctx context.Context) (*txWriter, error) {
 	if s.stmts == nil {
-		st, err := prepareStatements(ctx, s.writer, s.indexAll)
+		st, err := prepareStatements(ctx, s.writer, s.audienceImplied)
 		if err != nil {
 			return nil, err
 		}

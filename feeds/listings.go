@@ -63,6 +63,11 @@ type ListingResult struct {
 	// Stale is set when the stored state was already ahead of the page's
 	// (another run got further): the rows were written, the cursor kept.
 	Stale bool
+	// NotViewer is set for a page of follow records of an account that
+	// views no feed of the collection any more (retired while the listing
+	// ran, outside index_all mode): nothing was written, since only
+	// viewers' follows are stored (the fan-out relies on it, audience.go).
+	NotViewer bool
 }
 
 // ReadListing returns the stored listing state; the zero Listing when
@@ -105,6 +110,17 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 		actorID, err := w.actorID(p.Account)
 		if err != nil {
 			return err
+		}
+		if isFollow && !s.indexAll {
+			var one int
+			viewer, err := w.queryRow(w.s.stmts.viewerOfFollows, []any{actorID, collID}, &one)
+			if err != nil {
+				return fmt.Errorf("check viewer: %w", err)
+			}
+			if !viewer {
+				res.NotViewer = true
+				return nil
+			}
 		}
 		for i := range p.Records {
 			r := &p.Records[i]

@@ -114,7 +114,7 @@ type statements struct {
 	fan                                                   *fanoutStatements // fanout.go
 }
 
-func prepareStatements(ctx context.Context, db *sql.DB, indexAll bool) (*statements, error) {
+func prepareStatements(ctx context.Context, db *sql.DB, audienceImplied bool) (*statements, error) {
 	st := &statements{}
 	for _, p := range []struct {
 		dst **sql.Stmt
@@ -143,7 +143,7 @@ func prepareStatements(ctx context.Context, db *sql.DB, indexAll bool) (*stateme
 		}
 		*p.dst = s
 	}
-	fan, err := prepareFanout(ctx, db, indexAll)
+	fan, err := prepareFanout(ctx, db, audienceImplied)
 	if err != nil {
 		return nil, err
 	}

@@ -95,6 +95,9 @@ type Store struct {
 	fieldsByColl  map[int64][]fieldDef  // target collection id → fields extracted at ingest
 
 	indexAll bool
+	// audienceImplied: the stored follows are the fan-out's audience, no
+	// per-row viewer check needed (audience.go). Decided at Open.
+	audienceImplied bool
 	profiles bool // profile hydration: store profile records
 
 	// writeMu serialises every write transaction and guards the writer's
@@ -300,6 +303,9 @@ func (s *Store) init(ctx context.Context, opts Options) error {
 		return fmt.Errorf("sync feeds: %w", err)
 	}
 	if err := s.loadViewers(ctx); err != nil {
+		return err
+	}
+	if err := s.checkAudience(ctx); err != nil {
 		return err
 	}
 	cur, gen, err := s.loadCursor(ctx)
