@@ -98,7 +98,7 @@ type Store struct {
 	// audienceImplied: the stored follows are the fan-out's audience, no
 	// per-row viewer check needed (audience.go). Decided at Open.
 	audienceImplied bool
-	profiles bool // profile hydration: store profile records
+	profiles        bool // profile hydration: store profile records
 
 	// writeMu serialises every write transaction and guards the writer's
 	// in-memory state (actorIDs, stmts). SQLite has one writer anyway;
