@@ -47,6 +47,8 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 	if err := w.deleteAccountRecords(id); err != nil {
 		return err
 	}
+	// Its follows go below without a scope check of their subjects.
+	w.forgetAllFollowed()
 	for _, q := range []string{
 		`DELETE FROM feed_items WHERE viewer_id = ?`,
 		`DELETE FROM follows WHERE actor_id = ?`,

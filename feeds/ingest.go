@@ -100,6 +100,7 @@ func (w *txWriter) commit() error {
 		return err
 	}
 	w.s.rememberActors(w.newActors)
+	w.s.publishFollowed(w.newFollowed)
 	w.s.viewers.apply(w.viewerChanges)
 	w.s.recordCache.forget(w.changedRecords)
 	w.s.boundWAL(w.ctx)
@@ -113,7 +114,9 @@ type txWriter struct {
 	tx        *sql.Tx
 	bound     map[*sql.Stmt]*sql.Stmt
 	newActors map[syntax.DID]int64
-	res       BatchResult
+	// newFollowed: authors found followed, published at commit.
+	newFollowed followedAuthors
+	res         BatchResult
 	// adopted is the stored cursor when an operator's reset changed its
 	// generation under us.
 	adopted    *StreamCursor

@@ -46,10 +46,16 @@ func (w *txWriter) authorInScope(did syntax.DID) (int64, bool, error) {
 		w.countOutOfScope(found, err)
 		return 0, false, err
 	}
+	if w.knownFollowed(id) {
+		return id, true, nil
+	}
 	var one int
 	followed, err := w.queryRow(w.s.stmts.followedByAnyone, []any{id}, &one)
 	if err != nil {
 		return 0, false, fmt.Errorf("check followers: %w", err)
+	}
+	if followed {
+		w.rememberFollowed(id)
 	}
 	w.countOutOfScope(followed, nil)
 	return id, followed, nil
@@ -88,6 +94,7 @@ func (w *txWriter) leaveScopeIfUnfollowed(subjectID int64) error {
 	if followed {
 		return nil
 	}
+	w.forgetFollowed(subjectID)
 	if err := w.dropProfile(subjectID); err != nil {
 		return err
 	}

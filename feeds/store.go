@@ -109,6 +109,8 @@ type Store struct {
 	// actorIDs caches interned DIDs for the writer. Only committed ids
 	// enter it, so a rolled-back batch cannot leave a dangling id behind.
 	actorIDs map[syntax.DID]int64
+	// followed caches authors a viewer follows (followed_cache.go).
+	followed followedAuthors
 	stmts    *statements // prepared on the writer at the first batch
 
 	mu         sync.Mutex
@@ -236,6 +238,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		lanesByFollow: map[int64][]*lane{},
 		fieldsByColl:  map[int64][]fieldDef{},
 		actorIDs:      map[syntax.DID]int64{},
+		followed:      followedAuthors{},
 		indexAll:      opts.IndexAll,
 		profiles:      opts.Profiles,
 		sweep:         sweeper{opts: opts.Sweep.withDefaults()},

@@ -1,0 +1,66 @@
+package feeds
+
+// followedAuthors remembers the authors a viewer is known to follow, so
+// that a post by one is in scope without a query. Outside index_all mode
+// every target record's author is checked (authorInScope), and the
+// followedByAnyone query was one statement of the three a stored post
+// costs: database/sql starts a goroutine for every query inside a
+// transaction, about as much work again as SQLite's own.
+//
+// Only "followed" is remembered; "not followed" is always asked again, so
+// a new follow is seen at once. An entry goes when its author is seen
+// leaving scope (leaveScopeIfUnfollowed), the one place the last follow
+// of an author is noticed; the cache is dropped whole when an account's
+// follows go without that check (a deleted account). A stale entry could
+// only let in the records of an author nobody follows any more, which the
+// scope check exists to save room on, never lose a record that belongs in
+// a feed.
+//
+// It is the writer's state, guarded by writeMu. A transaction's new
+// entries are published when it commits (as actor ids are), so a
+// rolled-back follow leaves nothing behind.
+type followedAuthors map[int64]struct{}
+
+// maxCachedFollowed bounds the cache; past it the cache starts over.
+const maxCachedFollowed = 1 << 20
+
+// knownFollowed reports whether the author is remembered as followed,
+// by the committed cache or by this transaction.
+func (w *txWriter) knownFollowed(authorID int64) bool {
+	if _, ok := w.s.followed[authorID]; ok {
+		return true
+	}
+	_, ok := w.newFollowed[authorID]
+	return ok
+}
+
+// rememberFollowed notes a followed author for publication at commit.
+func (w *txWriter) rememberFollowed(authorID int64) {
+	if w.newFollowed == nil {
+		w.newFollowed = followedAuthors{}
+	}
+	w.newFollowed[authorID] = struct{}{}
+}
+
+// forgetFollowed drops an author who left scope, at once and from this
+// transaction's entries too.
+func (w *txWriter) forgetFollowed(authorID int64) {
+	delete(w.s.followed, authorID)
+	delete(w.newFollowed, authorID)
+}
+
+// forgetAllFollowed drops the cache: follows went without a scope check.
+func (w *txWriter) forgetAllFollowed() {
+	clear(w.s.followed)
+	clear(w.newFollowed)
+}
+
+// publishFollowed adds a committed transaction's entries.
+func (s *Store) publishFollowed(ids followedAuthors) {
+	if len(s.followed)+len(ids) > maxCachedFollowed {
+		clear(s.followed)
+	}
+	for id := range ids {
+		s.followed[id] = struct{}{}
+	}
+}
