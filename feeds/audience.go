@@ -3,6 +3,7 @@ package feeds
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // audienceFilter is the single predicate deciding who receives fan-out,
@@ -70,6 +71,7 @@ func (s *Store) checkAudience(ctx context.Context) error {
 		}
 		feedOf[l.followCollID] = l.feed
 	}
+	start := time.Now()
 	for coll, feed := range feedOf {
 		var stray int64
 		if err := s.writer.QueryRowContext(ctx, strayFollowersSQL, coll, feed).Scan(&stray); err != nil {
@@ -77,10 +79,11 @@ func (s *Store) checkAudience(ctx context.Context) error {
 		}
 		if stray > 0 {
 			s.log.Info("fanout_audience_checked", "reason", "follow records of accounts that view no feed",
-				"feed", feed, "accounts", stray)
+				"feed", feed, "accounts", stray, "took", time.Since(start))
 			return nil
 		}
 	}
 	s.audienceImplied = true
+	s.log.Info("fanout_audience_implied", "took", time.Since(start))
 	return nil
 }
