@@ -131,7 +131,7 @@ func (b *bench) daemonConfig() appview.Config {
 	}
 	cfg.Database.Path = b.dbPath
 	cfg.Jetstream.Compression = b.o.compress
-	cfg.Ingest.IndexAll = true
+	cfg.Ingest.IndexAll = !b.o.registered
 	if b.o.batchSize > 0 {
 		cfg.Ingest.BatchSize = b.o.batchSize
 	}
@@ -168,6 +168,11 @@ func (b *bench) start(ctx context.Context, playlist *replay.Playlist) error {
 	}
 	b.daemon = d
 	b.base = "http://" + d.Addr().String()
+	if b.o.registered && b.o.phase != "read" {
+		if err := b.registerViewers(ctx); err != nil {
+			return err
+		}
+	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	b.stop = stop
 	b.runErr = make(chan error, 1)

@@ -42,6 +42,7 @@ type options struct {
 	memProfile                         string
 	tenthProfiles                      string
 	logLevel                           string
+	registered                         bool
 
 	// client mode: the getFeed load generator, run as a child process
 	client    bool
@@ -62,6 +63,7 @@ func main() {
 	flag.StringVar(&o.db, "db", "", "database path (default: a temporary file, removed at exit); kept when set")
 	flag.StringVar(&o.dir, "dir", "", "directory for the frame logs and the temporary database (default: the system temp dir)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the frame logs and the temporary database")
+	flag.BoolVar(&o.registered, "registered-viewers", false, "run the daemon as deployed by default, index_all off: the viewers are registered, their first reads done, before the seed graph, so only their follows and the posts of accounts they follow are stored (default: index_all, every post stored)")
 	flag.IntVar(&o.batchSize, "batch-size", 0, "override ingest.batch_size (default: the daemon's)")
 	flag.DurationVar(&o.readDuration, "read-duration", 5*time.Second, "how long the getFeed clients measure")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "getFeed client warm-up before measuring")

@@ -42,6 +42,27 @@ func TestIngestPhase(t *testing.T) {
 	}
 }
 
+// TestRegisteredViewers: -registered-viewers runs the daemon with
+// index_all off, every viewer registered and complete before the seed
+// graph, so their follows are stored and the fan-out reaches them.
+func TestRegisteredViewers(t *testing.T) {
+	o := options{
+		accounts: 400, viewers: 40, follows: 10, events: 2000, seed: 1, registered: true,
+		phase: "ingest", dir: t.TempDir(), logLevel: "error", batchSize: 100,
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), o, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	report := out.String()
+	if !strings.Contains(report, `registered 40 viewers of "following"`) || !strings.Contains(report, "overall:") {
+		t.Errorf("report:\n%s", report)
+	}
+	if strings.Contains(report, "fan-out: 0 rows") || strings.Contains(report, "WARNING") {
+		t.Errorf("no fan-out reached the registered viewers:\n%s", report)
+	}
+}
+
 // TestTenthProfiles: -tenth-profiles writes one CPU profile per tenth of
 // the timed ingest.
 func TestTenthProfiles(t *testing.T) {
