@@ -257,3 +257,60 @@ func TestViewerPDSDownRecordsFailureAndRetries(t *testing.T) {
 		t.Fatalf("feed after the retry = %v, want 1 item", got)
 	}
 }
+
+// A complete viewer whose last read is fresh is served without a write by
+// a process that has not seen it yet (as after a restart): the read pool
+// says so and the viewer is remembered from its stored last read, so the
+// write comes an hour after that read, as RegisterViewer would make it.
+func TestKnownViewerIsServedWithoutAWriteAfterARestart(t *testing.T) {
+	w := newWorld(t, Config{})
+	viewer := w.account("viewer")
+	ctx := context.Background()
+	if err := w.svc.Ensure(ctx, viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	firstRead := w.clock
+	key := viewerKey{viewer, "following"}
+	forget := func() { // a new process knows no viewer
+		w.svc.mu.Lock()
+		delete(w.svc.complete, key)
+		w.svc.mu.Unlock()
+	}
+	remembered := func() time.Time {
+		w.svc.mu.Lock()
+		defer w.svc.mu.Unlock()
+		return w.svc.complete[key]
+	}
+	storedLastRead := func() time.Time {
+		st, err := w.store.RegisterViewer(ctx, viewer, "following", firstRead) // not newer: writes nothing
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.LastRead
+	}
+
+	forget()
+	w.clock = firstRead.Add(20 * time.Minute)
+	if err := w.svc.Ensure(ctx, viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := remembered(); !got.Equal(firstRead) {
+		t.Fatalf("remembered from %v, want the stored last read %v (no write)", got, firstRead)
+	}
+	if got := storedLastRead(); !got.Equal(firstRead) {
+		t.Fatalf("last read stored as %v, want %v", got, firstRead)
+	}
+
+	// An hour after the stored last read the read writes it again.
+	forget()
+	w.clock = firstRead.Add(61 * time.Minute)
+	if err := w.svc.Ensure(ctx, viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedLastRead(); !got.Equal(w.clock) {
+		t.Fatalf("last read stored as %v after an hour, want %v", got, w.clock)
+	}
+	if got := remembered(); !got.Equal(w.clock) {
+		t.Fatalf("remembered from %v, want %v", got, w.clock)
+	}
+}

@@ -49,6 +49,20 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 	if waiting && now.Before(until) {
 		return nil // failed before, not due yet: serve what there is
 	}
+	if !complete && !running && s.store.KnownViewer(viewer, feed) {
+		// Known, but not to this process (it started since): a read-pool
+		// lookup spares the write, and the wait for the writer, while the
+		// stored last read is fresh. It is remembered from that time, so
+		// the write comes when RegisterViewer would make it.
+		lastRead, fresh, err := s.store.FreshViewer(ctx, viewer, feed, now)
+		if err != nil {
+			return fmt.Errorf("read viewer: %w", err)
+		}
+		if fresh {
+			s.markComplete(key, lastRead)
+			return nil
+		}
+	}
 	var slot *queueSlot
 	if !complete && !running && !s.store.KnownViewer(viewer, feed) {
 		// A new viewer: the expensive path, admitted per client and then

@@ -18,6 +18,8 @@ type ViewerStatus struct {
 	NextRetry  time.Time
 	ClaimOwner string
 	ClaimUntil time.Time
+	// LastRead is the stored last-read time, kept to lastReadResolution.
+	LastRead time.Time
 }
 
 // lastReadResolution is how stale a viewer's last-read time may get before
@@ -55,18 +57,42 @@ func (s *Store) RegisterViewer(ctx context.Context, viewer syntax.DID, feed stri
 func readViewerStatus(ctx context.Context, tx *sql.Tx, actorID int64, feed string) (ViewerStatus, error) {
 	var st ViewerStatus
 	var state string
-	var nextUS, claimUS int64
+	var nextUS, claimUS, lastUS int64
 	err := tx.QueryRowContext(ctx, `
-		SELECT state, attempts, last_error, next_retry_us, claim_owner, claim_until_us
+		SELECT state, attempts, last_error, next_retry_us, claim_owner, claim_until_us, last_read_us
 		FROM viewers WHERE actor_id = ? AND feed = ?`, actorID, feed).
-		Scan(&state, &st.Attempts, &st.LastError, &nextUS, &st.ClaimOwner, &claimUS)
+		Scan(&state, &st.Attempts, &st.LastError, &nextUS, &st.ClaimOwner, &claimUS, &lastUS)
 	if err != nil {
 		return st, fmt.Errorf("read viewer: %w", err)
 	}
 	st.Complete = state == "complete"
 	st.NextRetry = fromMicros(nextUS)
 	st.ClaimUntil = fromMicros(claimUS)
+	st.LastRead = fromMicros(lastUS)
 	return st, nil
+}
+
+// FreshViewer reports, from the read pool and without waiting for the
+// writer, whether the viewer's first read of the feed is complete and its
+// last read was stored less than lastReadResolution before now: then a
+// read has nothing to write (RegisterViewer would change nothing), and
+// lastRead says until when that holds. A process that has just started
+// knows no viewer yet, and without this every viewer's next read would
+// queue a write transaction behind the ingest batches.
+func (s *Store) FreshViewer(ctx context.Context, viewer syntax.DID, feed string, now time.Time) (lastRead time.Time, fresh bool, err error) {
+	var state string
+	var lastUS int64
+	err = s.reader.QueryRowContext(ctx, `
+		SELECT v.state, v.last_read_us FROM viewers v JOIN actors a ON a.id = v.actor_id
+		WHERE a.did = ? AND v.feed = ?`, string(viewer), feed).Scan(&state, &lastUS)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("read viewer: %w", err)
+	}
+	lastRead = fromMicros(lastUS)
+	return lastRead, state == "complete" && now.Sub(lastRead) < lastReadResolution, nil
 }
 
 // ClaimFirstRead takes the first-read run of (viewer, feed) for owner with
