@@ -49,7 +49,11 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 	if waiting && now.Before(until) {
 		return nil // failed before, not due yet: serve what there is
 	}
-	if !complete && !running && s.store.KnownViewer(viewer, feed) {
+	var slot *queueSlot
+	switch {
+	case complete || running:
+		// Known to this process: its last read is due (or a run is on).
+	case s.store.KnownViewer(viewer, feed):
 		// Known, but not to this process (it started since): a read-pool
 		// lookup spares the write, and the wait for the writer, while the
 		// stored last read is fresh. It is remembered from that time, so
@@ -62,9 +66,7 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 			s.markComplete(key, lastRead)
 			return nil
 		}
-	}
-	var slot *queueSlot
-	if !complete && !running && !s.store.KnownViewer(viewer, feed) {
+	default:
 		// A new viewer: the expensive path, admitted per client and then
 		// against the global cap, before its registration is written.
 		if err := s.admit.allowClient(client, now); err != nil {
