@@ -75,8 +75,8 @@ func readViewerStatus(ctx context.Context, tx *sql.Tx, actorID int64, feed strin
 // FreshViewer reports, from the read pool and without waiting for the
 // writer, whether the viewer's first read of the feed is complete and its
 // last read was stored less than lastReadResolution before now: then a
-// read has nothing to write (RegisterViewer would change nothing), and
-// lastRead says until when that holds. A process that has just started
+// read has nothing to write (RegisterViewer would change nothing) until
+// lastRead plus lastReadResolution. A process that has just started
 // knows no viewer yet, and without this every viewer's next read would
 // queue a write transaction behind the ingest batches.
 func (s *Store) FreshViewer(ctx context.Context, viewer syntax.DID, feed string, now time.Time) (lastRead time.Time, fresh bool, err error) {
