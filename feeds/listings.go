@@ -112,10 +112,9 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 			return err
 		}
 		if isFollow && !s.indexAll {
-			var one int
-			viewer, err := w.queryRow(w.s.stmts.viewerOfFollows, []any{actorID, collID}, &one)
+			viewer, err := w.viewsFollows(actorID, collID)
 			if err != nil {
-				return fmt.Errorf("check viewer: %w", err)
+				return err
 			}
 			if !viewer {
 				res.NotViewer = true
@@ -201,8 +200,9 @@ func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, now time.T
 	}
 	indexed := listedIndexTime(r, now)
 	c := Change{TimeUS: indexed, CreatedAtUS: r.CreatedAtUS}
-	if _, err := w.queryRow(w.s.stmts.insertRecord, []any{actorID, collID, string(r.RKey), r.CID, "",
-		c.SortKey(), indexed, r.CreatedAtUS, string(r.Value)}, &id); err != nil {
+	id, _, err = w.insert(w.s.stmts.insertRecord, actorID, collID, string(r.RKey), r.CID, "",
+		c.SortKey(), indexed, r.CreatedAtUS, string(r.Value))
+	if err != nil {
 		return false, fmt.Errorf("insert listed record: %w", err)
 	}
 	if err := w.storeFields(id, collID, r.Value, false); err != nil {

@@ -71,8 +71,7 @@ func (w *txWriter) retireViewer(id int64, feed string) error {
 		return nil
 	}
 	followColl := lanes[0].followCollID
-	var one int
-	still, err := w.queryRow(w.s.stmts.viewerOfFollows, []any{id, followColl}, &one)
+	still, err := w.viewsFollows(id, followColl)
 	if err != nil || still {
 		return err
 	}

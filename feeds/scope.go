@@ -25,13 +25,23 @@ func (w *txWriter) followerInScope(did syntax.DID, followCollID int64) (int64, b
 		w.countOutOfScope(found, err)
 		return 0, false, err
 	}
-	var one int
-	viewer, err := w.queryRow(w.s.stmts.viewerOfFollows, []any{id, followCollID}, &one)
+	viewer, err := w.viewsFollows(id, followCollID)
 	if err != nil {
-		return 0, false, fmt.Errorf("check viewer: %w", err)
+		return 0, false, err
 	}
 	w.countOutOfScope(viewer, nil)
 	return id, viewer, nil
+}
+
+// viewsFollows reports whether the actor views an enabled feed built from
+// the follow collection: only then are its follow records stored.
+func (w *txWriter) viewsFollows(actorID, followCollID int64) (bool, error) {
+	var one int
+	viewer, err := w.queryRow(w.s.stmts.viewerOfFollows, []any{actorID, followCollID}, &one)
+	if err != nil {
+		return false, fmt.Errorf("check viewer: %w", err)
+	}
+	return viewer, nil
 }
 
 // authorInScope returns the author of a target record when its records are

@@ -48,7 +48,7 @@ var writeSQL = struct {
 
 	recordByKey: `SELECT id, rev, sort_us FROM records WHERE actor_id = ? AND collection_id = ? AND rkey = ?`,
 	insertRecord: `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	// insertNewRecord is a create's first try: it changes no row when the
 	// key is already stored (a replay or a late create) or a tombstone
 	// lies on it, and only then is the record looked up and the tombstone

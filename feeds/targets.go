@@ -85,9 +85,8 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 		}
 	}
 	sortUS = c.SortKey()
-	if _, err := w.queryRow(st.insertRecord,
-		[]any{actorID, collID, string(c.RKey), c.CID, c.Rev, sortUS, c.TimeUS, c.CreatedAtUS, string(c.Record)},
-		&recordID); err != nil {
+	if recordID, _, err = w.insert(st.insertRecord,
+		actorID, collID, string(c.RKey), c.CID, c.Rev, sortUS, c.TimeUS, c.CreatedAtUS, string(c.Record)); err != nil {
 		return fmt.Errorf("insert record: %w", err)
 	}
 	if err := w.storeFields(recordID, collID, c.Record, false); err != nil {
