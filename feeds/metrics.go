@@ -51,6 +51,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "RESTART checkpoints run because readers kept the WAL from rewinding (wal.go).",
 	})
 	reg.MustRegister(m.batches, m.commitTime, m.changes, m.feedRows, m.cursorTimeUS, m.walRestarts)
+	// Create every series up front. A batch's rows are visible to readers
+	// at commit, before observeBatch runs, so a scrape that follows a feed
+	// read must still find the series (at zero) rather than a gap.
+	for _, outcome := range []string{"applied", "duplicate", "ignored", "out_of_scope"} {
+		m.changes.WithLabelValues(outcome)
+	}
+	for _, op := range []string{"fanout", "merge", "remove"} {
+		m.feedRows.WithLabelValues(op)
+	}
 	m.sweep = newSweepMetrics(reg)
 	m.cursor = newCursorMetrics(reg)
 	m.fields = newFieldMetrics(reg)
