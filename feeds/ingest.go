@@ -53,6 +53,7 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 	if err := w.commit(); err != nil {
 		return BatchResult{}, fmt.Errorf("commit batch: %w", err)
 	}
+	s.metrics.observeBatch(w.res, time.Since(start))
 	switch {
 	case w.adopted != nil:
 		s.adoptCursor(*w.adopted, w.adoptedGen)
@@ -61,7 +62,7 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 	case b.Cursor.TimeUS > 0:
 		s.advanceCursor(b.Cursor)
 	}
-	s.metrics.observeBatch(w.res, time.Since(start), s.Cursor().TimeUS)
+	s.metrics.observeCursor(s.Cursor().TimeUS)
 	return w.res, nil
 }
 

@@ -74,7 +74,10 @@ func (m *Metrics) walRestarted() {
 	m.walRestarts.Inc()
 }
 
-func (m *Metrics) observeBatch(r BatchResult, took time.Duration, cursorTimeUS int64) {
+// observeBatch counts a committed batch. ApplyBatch calls it before it
+// publishes the batch's cursor, so whoever waits for the cursor finds the
+// batch counted.
+func (m *Metrics) observeBatch(r BatchResult, took time.Duration) {
 	if m == nil {
 		return
 	}
@@ -87,7 +90,12 @@ func (m *Metrics) observeBatch(r BatchResult, took time.Duration, cursorTimeUS i
 	m.feedRows.WithLabelValues("fanout").Add(float64(r.FanoutRows))
 	m.feedRows.WithLabelValues("merge").Add(float64(r.MergedRows))
 	m.feedRows.WithLabelValues("remove").Add(float64(r.RemovedRows))
-	if cursorTimeUS > 0 {
-		m.cursorTimeUS.Set(float64(cursorTimeUS) / 1e6)
+}
+
+// observeCursor shows the committed stream cursor's time.
+func (m *Metrics) observeCursor(cursorTimeUS int64) {
+	if m == nil || cursorTimeUS <= 0 {
+		return
 	}
+	m.cursorTimeUS.Set(float64(cursorTimeUS) / 1e6)
 }
