@@ -113,6 +113,11 @@ func TestPlaylistOverWebsocket(t *testing.T) {
 					t.Fatalf("live frame %d: got %q, want %q", i, got, more[500+i].Data)
 				}
 			}
+			// The server counts a frame once its write returns, which can
+			// be after the client has read it.
+			for deadline := time.Now().Add(5 * time.Second); srv.Sent() < 503 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
 			if srv.Sent() != 503 || srv.Connections() != 1 {
 				t.Errorf("sent %d on %d connections, want 503 on 1", srv.Sent(), srv.Connections())
 			}
