@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -44,13 +45,8 @@ func BenchmarkApplyBatch(b *testing.B) {
 //	GOMAXPROCS=1 valgrind --tool=cachegrind --cache-sim=no /tmp/feeds.test \
 //	  -test.run '^$' -test.bench ApplyBatchViewers -test.benchtime 40000x
 func BenchmarkApplyBatchViewers(b *testing.B) {
-	s := mustOpenWith(b, Options{Path: b.TempDir() + "/appview.db", Feeds: defaultFeeds, RecordCacheMB: 4})
+	s := openViewersBench(b)
 	const accounts = 10_000
-	seedGraph(b, s, accounts, 20)
-	if _, err := s.writer.Exec(`INSERT OR IGNORE INTO viewers (actor_id, feed, state, registered_us, last_read_us)
-		SELECT id, 'following', 'complete', 1, 1 FROM actors WHERE did LIKE 'did:plc:a%'`); err != nil {
-		b.Fatal(err)
-	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var rows int64
 	eps := streamBatchesWith(b, s, 5000, func(ts int64) Change {
@@ -65,6 +61,74 @@ func BenchmarkApplyBatchViewers(b *testing.B) {
 	}
 	b.ReportMetric(eps, "events/s")
 	b.ReportMetric(float64(rows)/float64(b.N), "rows/event")
+}
+
+// openViewersBench opens the store of the Viewers benchmarks: 10,000
+// accounts following 20 others each, every one a registered viewer of
+// "following".
+func openViewersBench(b *testing.B) *Store {
+	s := mustOpenWith(b, Options{Path: b.TempDir() + "/appview.db", Feeds: defaultFeeds, RecordCacheMB: 4})
+	seedGraph(b, s, 10_000, 20)
+	if _, err := s.writer.Exec(`INSERT OR IGNORE INTO viewers (actor_id, feed, state, registered_us, last_read_us)
+		SELECT id, 'following', 'complete', 1, 1 FROM actors WHERE did LIKE 'did:plc:a%'`); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// BenchmarkApplyBatchViewersMix is BenchmarkApplyBatchViewers with the
+// workload's mix of operations: of every 100 events, 85 post creates, 5
+// deletes of a recent post, 8 follows and 2 unfollows of a recent follow.
+// What is deleted is from the older half of the last 20,000 creates, so
+// mostly from earlier batches, in feeds. Count its instructions as
+// BenchmarkApplyBatchViewers's.
+func BenchmarkApplyBatchViewersMix(b *testing.B) {
+	s := openViewersBench(b)
+	const accounts, recent = 10_000, 20_000
+	rng := rand.New(rand.NewPCG(1, 2))
+	type ref struct{ author, rkey string }
+	var posts, follows []ref // recent creates, oldest first
+	pick := func(refs *[]ref) (ref, bool) {
+		if len(*refs) < 2 {
+			return ref{}, false
+		}
+		i := rng.IntN(len(*refs) / 2)
+		r := (*refs)[i]
+		*refs = slices.Delete(*refs, i, i+1)
+		return r, true
+	}
+	keep := func(refs *[]ref, r ref) {
+		if *refs = append(*refs, r); len(*refs) > recent {
+			*refs = (*refs)[1:]
+		}
+	}
+	var rows, removed int64
+	eps := streamBatchesWith(b, s, 5000, func(ts int64) Change {
+		author := fmt.Sprint("a", rng.IntN(accounts))
+		switch k := ts % 100; {
+		case k < 5:
+			if r, ok := pick(&posts); ok {
+				return unpost(r.author, r.rkey, ts)
+			}
+		case k < 13:
+			r := ref{author, fmt.Sprint("nf", ts)}
+			keep(&follows, r)
+			return follow(author, fmt.Sprint("a", rng.IntN(accounts)), r.rkey, ts)
+		case k < 15:
+			if r, ok := pick(&follows); ok {
+				return unfollow(r.author, r.rkey, ts)
+			}
+		}
+		r := ref{author, fmt.Sprint("p", ts)}
+		keep(&posts, r)
+		return post(author, r.rkey, ts)
+	}, func(r BatchResult) { rows += r.FanoutRows; removed += r.RemovedRows })
+	if rows == 0 || removed == 0 {
+		b.Fatalf("fan-out wrote %d rows and removed %d: the mix is not exercised", rows, removed)
+	}
+	b.ReportMetric(eps, "events/s")
+	b.ReportMetric(float64(rows)/float64(b.N), "rows/event")
+	b.ReportMetric(float64(removed)/float64(b.N), "removed/event")
 }
 
 // streamBatches applies one change per benchmark iteration, made by next
