@@ -47,8 +47,13 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 	if err := w.deleteAccountRecords(id); err != nil {
 		return err
 	}
-	// Its follows go below without a scope check of their subjects.
-	w.forgetAllFollowed()
+	// The accounts it followed may be left with no follower: they leave
+	// the scope as after an unfollow, so a later follower's first read
+	// lists their records again.
+	subjects, err := scanIDs(w.tx.QueryContext(w.ctx, `SELECT DISTINCT subject_id FROM follows WHERE actor_id = ?`, id))
+	if err != nil {
+		return fmt.Errorf("list deleted account's followees: %w", err)
+	}
 	for _, q := range []string{
 		`DELETE FROM feed_items WHERE viewer_id = ?`,
 		`DELETE FROM follows WHERE actor_id = ?`,
@@ -57,6 +62,14 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 	} {
 		if _, err := w.tx.ExecContext(w.ctx, q, id); err != nil {
 			return fmt.Errorf("delete account data: %w", err)
+		}
+	}
+	if w.s.indexAll {
+		return nil
+	}
+	for _, sub := range subjects {
+		if err := w.leaveScopeIfUnfollowed(sub); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -9,9 +9,9 @@ package feeds
 //
 // Only "followed" is remembered; "not followed" is always asked again, so
 // a new follow is seen at once. An entry goes when its author is seen
-// leaving scope (leaveScopeIfUnfollowed), the one place the last follow
-// of an author is noticed; the cache is dropped whole when an account's
-// follows go without that check (a deleted account). A stale entry could
+// leaving scope (leaveScopeIfUnfollowed), which every path that removes
+// follows checks for each account it unfollowed: an unfollow, a retired
+// viewer, a deleted account. A stale entry could
 // only let in the records of an author nobody follows any more, which the
 // scope check exists to save room on, never lose a record that belongs in
 // a feed.
@@ -47,12 +47,6 @@ func (w *txWriter) rememberFollowed(authorID int64) {
 func (w *txWriter) forgetFollowed(authorID int64) {
 	delete(w.s.followed, authorID)
 	delete(w.newFollowed, authorID)
-}
-
-// forgetAllFollowed drops the cache: follows went without a scope check.
-func (w *txWriter) forgetAllFollowed() {
-	clear(w.s.followed)
-	clear(w.newFollowed)
 }
 
 // publishFollowed adds a committed transaction's entries.

@@ -148,3 +148,42 @@ func TestRetiredViewerStartsOver(t *testing.T) {
 		t.Error("a returning viewer is complete; its next read must be a first read")
 	}
 }
+
+// An account that leaves the scope, because its last follower unfollowed
+// it or because that follower's account was deleted, has its record
+// listings reopened: its records went unstored while out of scope, so a
+// later follower's first read must list them again rather than trust a
+// complete listing.
+func TestLeavingScopeReopensTheAccountsListings(t *testing.T) {
+	for _, how := range []string{"unfollow", "follower deleted"} {
+		t.Run(how, func(t *testing.T) {
+			s := openViewerMode(t)
+			ctx := context.Background()
+			now := time.Unix(1_000, 0)
+			register(t, s, "v1", "following")
+			apply(t, s, follow("v1", "carol", "f1", 1))
+			done := Listing{Round: 1, Page: 1, Fetched: 1, Complete: true}
+			if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("carol"), Collection: postNSID, To: done}, now); err != nil {
+				t.Fatal(err)
+			}
+
+			batch := &Batch{Cursor: StreamCursor{TimeUS: 2}}
+			switch how {
+			case "unfollow":
+				batch.Changes = []Change{unfollow("v1", "f1", 2)}
+			case "follower deleted":
+				batch.Accounts = []AccountStatus{{DID: did("v1"), Status: "deleted", TimeUS: 2}}
+			}
+			if _, err := s.ApplyBatch(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+			l, err := s.ReadListing(ctx, did("carol"), postNSID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Complete || l.Round != done.Round+1 {
+				t.Errorf("carol's post listing after she left scope: %+v, want reopened in round %d", l, done.Round+1)
+			}
+		})
+	}
+}
