@@ -45,7 +45,7 @@ func BenchmarkApplyBatch(b *testing.B) {
 //	GOMAXPROCS=1 valgrind --tool=cachegrind --cache-sim=no /tmp/feeds.test \
 //	  -test.run '^$' -test.bench ApplyBatchViewers -test.benchtime 40000x
 func BenchmarkApplyBatchViewers(b *testing.B) {
-	s := openViewersBench(b)
+	s := openViewersBench(b, defaultFeeds)
 	const accounts = 10_000
 	rng := rand.New(rand.NewPCG(1, 2))
 	var rows int64
@@ -66,8 +66,8 @@ func BenchmarkApplyBatchViewers(b *testing.B) {
 // openViewersBench opens the store of the Viewers benchmarks: 10,000
 // accounts following 20 others each, every one a registered viewer of
 // "following".
-func openViewersBench(b *testing.B) *Store {
-	s := mustOpenWith(b, Options{Path: b.TempDir() + "/appview.db", Feeds: defaultFeeds, RecordCacheMB: 4})
+func openViewersBench(b *testing.B, feeds []Feed) *Store {
+	s := mustOpenWith(b, Options{Path: b.TempDir() + "/appview.db", Feeds: feeds, RecordCacheMB: 4})
 	seedGraph(b, s, 10_000, 20)
 	if _, err := s.writer.Exec(`INSERT OR IGNORE INTO viewers (actor_id, feed, state, registered_us, last_read_us)
 		SELECT id, 'following', 'complete', 1, 1 FROM actors WHERE did LIKE 'did:plc:a%'`); err != nil {
@@ -83,7 +83,43 @@ func openViewersBench(b *testing.B) *Store {
 // mostly from earlier batches, in feeds. Count its instructions as
 // BenchmarkApplyBatchViewers's.
 func BenchmarkApplyBatchViewersMix(b *testing.B) {
-	s := openViewersBench(b)
+	s := openViewersBench(b, defaultFeeds)
+	streamMix(b, s, func(batch *Batch) (BatchResult, error) {
+		return s.ApplyBatch(context.Background(), batch)
+	})
+}
+
+// BenchmarkIngestTickMix is the daemon's writer loop: each batch of
+// BenchmarkApplyBatchViewersMix followed by its sweep tick, as the
+// ingester runs them. The feeds' cap is 20, so that they reach it within
+// the first batches and the sweep trims as it does at steady state.
+// Count its instructions as BenchmarkApplyBatchViewers's.
+func BenchmarkIngestTickMix(b *testing.B) {
+	capped := []Feed{{
+		Name: "following", FollowCollection: followNSID, MergeLimit: 20,
+		Targets: []Target{{Collection: postNSID, Cap: 20}},
+	}}
+	s := openViewersBench(b, capped)
+	ctx := context.Background()
+	var trimmed int64
+	streamMix(b, s, func(batch *Batch) (BatchResult, error) {
+		res, err := s.ApplyBatch(ctx, batch)
+		if err != nil {
+			return res, err
+		}
+		tick, err := s.SweepTick(ctx, Tick{Now: time.Unix(1_000, 0), Mutated: res.MutatedFeeds(), Rows: res.FanoutRows + res.MergedRows})
+		trimmed += tick.RowsDeleted
+		return res, err
+	})
+	if trimmed == 0 {
+		b.Fatal("the sweep trimmed nothing")
+	}
+	b.ReportMetric(float64(trimmed)/float64(b.N), "trimmed/event")
+}
+
+// streamMix streams the mix of BenchmarkApplyBatchViewersMix through
+// apply in batches of 5,000.
+func streamMix(b *testing.B, s *Store, apply func(*Batch) (BatchResult, error)) {
 	const accounts, recent = 10_000, 20_000
 	rng := rand.New(rand.NewPCG(1, 2))
 	type ref struct{ author, rkey string }
@@ -103,7 +139,7 @@ func BenchmarkApplyBatchViewersMix(b *testing.B) {
 		}
 	}
 	var rows, removed int64
-	eps := streamBatchesWith(b, s, 5000, func(ts int64) Change {
+	eps := streamApplied(b, 5000, apply, func(ts int64) Change {
 		author := fmt.Sprint("a", rng.IntN(accounts))
 		switch k := ts % 100; {
 		case k < 5:
@@ -140,13 +176,20 @@ func streamBatches(b *testing.B, s *Store, size int, next func(ts int64) Change)
 
 // streamBatchesWith is streamBatches telling done each batch's result.
 func streamBatchesWith(b *testing.B, s *Store, size int, next func(ts int64) Change, done func(BatchResult)) float64 {
+	return streamApplied(b, size, func(batch *Batch) (BatchResult, error) {
+		return s.ApplyBatch(context.Background(), batch)
+	}, next, done)
+}
+
+// streamApplied is streamBatchesWith with the batch applied by apply.
+func streamApplied(b *testing.B, size int, apply func(*Batch) (BatchResult, error), next func(ts int64) Change, done func(BatchResult)) float64 {
 	batch := &Batch{Changes: make([]Change, 0, size)}
 	ts := int64(1_000_000)
 	var events int
 	var took time.Duration
 	flush := func() {
 		start := time.Now()
-		res, err := s.ApplyBatch(context.Background(), batch)
+		res, err := apply(batch)
 		if err != nil {
 			b.Fatal(err)
 		}
