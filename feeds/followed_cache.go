@@ -11,10 +11,9 @@ package feeds
 // a new follow is seen at once. An entry goes when its author is seen
 // leaving scope (leaveScopeIfUnfollowed), which every path that removes
 // follows checks for each account it unfollowed: an unfollow, a retired
-// viewer, a deleted account. A stale entry could
-// only let in the records of an author nobody follows any more, which the
-// scope check exists to save room on, never lose a record that belongs in
-// a feed.
+// viewer, a deleted account. A stale entry could only let in the records
+// of an author nobody follows any more, which the scope check exists to
+// save room on, never lose a record that belongs in a feed.
 //
 // It is the writer's state, guarded by writeMu. A transaction's new
 // entries are published when it commits (as actor ids are), so a
