@@ -92,15 +92,19 @@ func BenchmarkApplyBatchViewersMix(b *testing.B) {
 
 // BenchmarkIngestTickMix is the daemon's writer loop: each batch of
 // BenchmarkApplyBatchViewersMix followed by its sweep tick, as the
-// ingester runs them. The feeds' cap is 20, so that they reach it within
-// the first batches and the sweep trims as it does at steady state.
-// Count its instructions as BenchmarkApplyBatchViewers's.
+// ingester runs them. Every feed starts at its cap of 200 (older rows
+// than the stream's), so the sweep trims from the first batch as it does
+// at steady state. Count its instructions as
+// BenchmarkApplyBatchViewers's.
 func BenchmarkIngestTickMix(b *testing.B) {
-	capped := []Feed{{
-		Name: "following", FollowCollection: followNSID, MergeLimit: 20,
-		Targets: []Target{{Collection: postNSID, Cap: 20}},
-	}}
-	s := openViewersBench(b, capped)
+	s := openViewersBench(b, defaultFeeds)
+	if _, err := s.writer.Exec(`
+		WITH RECURSIVE k(j) AS (SELECT 1 UNION ALL SELECT j + 1 FROM k WHERE j < 200)
+		INSERT INTO feed_items (viewer_id, target_id, sort_us, record_id)
+		SELECT v.actor_id, t.id, k.j, -k.j FROM viewers v CROSS JOIN feed_targets t CROSS JOIN k
+		WHERE t.enabled = 1`); err != nil {
+		b.Fatal(err)
+	}
 	ctx := context.Background()
 	var trimmed int64
 	streamMix(b, s, func(batch *Batch) (BatchResult, error) {
