@@ -48,8 +48,10 @@ type Item struct {
 	Collection string
 	RKey       string
 	TimeUS     int64
-	Value      json.RawMessage
-	Key        PageKey
+	// Value is the record, valid JSON: checked once, when it was read
+	// from the database (readMissing).
+	Value json.RawMessage
+	Key   PageKey
 }
 
 // Page is a run of items; Next is set when more items may follow. A

@@ -216,12 +216,6 @@ func (s *Server) getFeed(c echo.Context) error {
 
 	resp := feedResponse{Records: make([]feedRecord, 0, len(page.Items))}
 	for _, it := range page.Items {
-		if !json.Valid(it.Value) {
-			// Stored records were valid JSON when they came in; one that is
-			// not must not take the whole page down with it.
-			s.logger.Warn("skip record with invalid JSON", "uri", it.URI)
-			continue
-		}
 		resp.Records = append(resp.Records, feedRecord{
 			URI:        it.URI,
 			CID:        it.CID,

@@ -23,6 +23,8 @@ import (
 // FeedReader reads one page of a viewer's feed. *feeds.Store implements it;
 // tests use a small in-memory fake.
 type FeedReader interface {
+	// ReadFeed returns a page whose items' values are valid JSON: the
+	// response embeds them as they are.
 	ReadFeed(ctx context.Context, q feeds.PageQuery) (feeds.Page, error)
 }
 
