@@ -137,6 +137,13 @@ func (b *bench) daemonConfig() appview.Config {
 	}
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.Log.Level = b.o.logLevel
+	// The fake Jetstream keeps the whole generated stream, dated from the
+	// workload's start (2026-01-01 by default) however long ago that is:
+	// its retention is unbounded. Left at the real upstream's window, a
+	// daemon restarted on a kept database (-phase read) took its cursor's
+	// age for a gap and sent every viewer back to a first read from PDSes
+	// the bench does not run.
+	cfg.Jetstream.RetentionWindow = time.Since(time.Unix(0, 0))
 	return cfg
 }
 

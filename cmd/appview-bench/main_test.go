@@ -15,9 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/google/pprof/profile"
 
 	"github.com/atfeeds/appview/workload"
+	"github.com/atfeeds/appview/workload/replay"
 )
 
 // TestIngestPhase runs a tiny ingest phase end to end: generation, the
@@ -227,5 +229,48 @@ func readLog(t *testing.T, path string) []workload.Frame {
 		}
 		fr.Data = append([]byte(nil), fr.Data...)
 		frames = append(frames, fr)
+	}
+}
+
+// TestReadPhaseKeepsTheKeptDatabasesViewers: a daemon started on the
+// database of an earlier ingest run (-phase read) resumes from its cursor
+// without recording a gap, though the stream's times lie months before
+// the wall clock, so the registered viewers stay complete and their reads
+// need no first read.
+func TestReadPhaseKeepsTheKeptDatabasesViewers(t *testing.T) {
+	db := t.TempDir() + "/appview.db"
+	o := options{
+		accounts: 400, viewers: 40, follows: 10, events: 2000, seed: 1, registered: true,
+		phase: "ingest", dir: t.TempDir(), db: db, logLevel: "error", batchSize: 100,
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), o, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+
+	o.phase = "read"
+	b, err := newBench(o, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.cleanup()
+	ctx := context.Background()
+	if err := b.start(ctx, replay.NewPlaylist()); err != nil {
+		t.Fatal(err)
+	}
+	defer b.shutdown()
+	for deadline := time.Now().Add(10 * time.Second); b.server.Connections() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon did not connect to the fake Jetstream")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g, found, err := b.daemon.Store().LastGap(ctx); err != nil || found {
+		t.Fatalf("a gap was recorded at start: %+v (found %v, err %v)", g, found, err)
+	}
+	// Complete, and read moments ago (at its registration): a read has
+	// nothing to write.
+	if _, fresh, err := b.daemon.Store().FreshViewer(ctx, syntax.DID(b.w.ViewerDID(0)), "following", time.Now()); err != nil || !fresh {
+		t.Errorf("viewer 0 after the restart: fresh %v (err %v), want a complete viewer", fresh, err)
 	}
 }
