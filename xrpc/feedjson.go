@@ -77,6 +77,17 @@ func appendEncoded(dst []byte, v any) ([]byte, error) {
 	return append(dst, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...), nil
 }
 
+// plainJSON marks the bytes a JSON string holds as they are: printable
+// ASCII but the quote and the backslash. A table lookup per byte is half
+// the four comparisons it replaces, and the check runs over about 10 KB of
+// identifiers a page.
+var plainJSON = func() (t [256]bool) {
+	for c := 0x20; c <= 0x7e; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // appendJSONString appends s as a JSON string. The fields of a feed record
 // (DIDs, NSIDs, record keys, CIDs, at:// URIs, our cursors) are plain
 // printable ASCII once parsed, so they are copied as they are; anything
@@ -84,7 +95,7 @@ func appendEncoded(dst []byte, v any) ([]byte, error) {
 // the API does.
 func appendJSONString(dst []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+		if !plainJSON[s[i]] {
 			dst, _ = appendEncoded(dst, s) // a string always encodes
 			return dst
 		}

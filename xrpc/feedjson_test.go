@@ -73,3 +73,18 @@ func FuzzAppendFeedResponse(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkAppendJSONString appends a record URI, the longest of the
+// identifiers a page writes five of per record:
+//
+//	go test ./xrpc -run '^$' -bench AppendJSONString -count 3
+func BenchmarkAppendJSONString(b *testing.B) {
+	const uri = "at://did:plc:abcdefghijklmnopqrstuvwx/app.bsky.feed.post/3lbbbbbbbbbb2"
+	buf := make([]byte, 0, 2*len(uri))
+	for b.Loop() {
+		buf = appendJSONString(buf[:0], uri)
+	}
+	if string(buf) != `"`+uri+`"` {
+		b.Fatalf("appended %s", buf)
+	}
+}
