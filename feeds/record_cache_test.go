@@ -109,6 +109,30 @@ func TestRecordCacheForgetsADeletedAccount(t *testing.T) {
 // TestPageRaceWithADeleteAndAReusedID deletes the newest post between a
 // page's two reads and hands its id to another author's post: the page
 // must not show that post under the deleted one's key, and must still
+
+// A record read on every page survives a stream of records read once,
+// which are evicted oldest first: the bound evicts by recency of use, not
+// of insertion.
+func TestRecordCacheKeepsARecordReadOften(t *testing.T) {
+	c := newRecordCache(16 << 10) // about 30 of the records below
+	rec := func(id int64) *cachedRecord {
+		return &cachedRecord{id: id, did: "did:plc:x", rkey: fmt.Sprint(id), value: make([]byte, 300)}
+	}
+	c.put(c.snapshot(), []*cachedRecord{rec(0)})
+	for id := int64(1); id <= 300; id++ {
+		c.put(c.snapshot(), []*cachedRecord{rec(id)})
+		if _, ok := c.get(0); !ok {
+			t.Fatalf("the record read on every page was evicted after %d others", id)
+		}
+	}
+	if _, ok := c.get(1); ok {
+		t.Error("the oldest record read once survived")
+	}
+	if _, ok := c.get(300); !ok {
+		t.Error("the newest record was evicted")
+	}
+}
+
 // lead on to the older items.
 func TestPageRaceWithADeleteAndAReusedID(t *testing.T) {
 	for _, cached := range []bool{false, true} {
