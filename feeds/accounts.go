@@ -47,12 +47,14 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 	if err := w.deleteAccountRecords(id); err != nil {
 		return err
 	}
-	// The accounts it followed may be left with no follower: they leave
-	// the scope as after an unfollow, so a later follower's first read
-	// lists their records again.
-	subjects, err := scanIDs(w.tx.QueryContext(w.ctx, `SELECT DISTINCT subject_id FROM follows WHERE actor_id = ?`, id))
-	if err != nil {
-		return fmt.Errorf("list deleted account's followees: %w", err)
+	// The accounts it followed may be left with no follower: outside
+	// index_all mode they leave the scope as after an unfollow, so a later
+	// follower's first read lists their records again.
+	var subjects []int64
+	if !w.s.indexAll {
+		if subjects, err = scanIDs(w.tx.QueryContext(w.ctx, `SELECT DISTINCT subject_id FROM follows WHERE actor_id = ?`, id)); err != nil {
+			return fmt.Errorf("list deleted account's followees: %w", err)
+		}
 	}
 	for _, q := range []string{
 		`DELETE FROM feed_items WHERE viewer_id = ?`,
@@ -63,9 +65,6 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 		if _, err := w.tx.ExecContext(w.ctx, q, id); err != nil {
 			return fmt.Errorf("delete account data: %w", err)
 		}
-	}
-	if w.s.indexAll {
-		return nil
 	}
 	for _, sub := range subjects {
 		if err := w.leaveScopeIfUnfollowed(sub); err != nil {
