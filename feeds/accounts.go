@@ -89,7 +89,16 @@ func (w *txWriter) deleteAccountRecords(actorID int64) error {
 
 // remergeAuthor puts a reactivated author's newest stored records back into
 // the feeds of its followers, lane by lane, up to each feed's merge limit.
+// An author still inactive keeps out of feeds: a listing that finished
+// meanwhile (MergeAuthor) must not bring it back.
 func (w *txWriter) remergeAuthor(authorID int64) error {
+	var active bool
+	if _, err := w.queryRow(w.s.stmts.actorActive, []any{authorID}, &active); err != nil {
+		return fmt.Errorf("read account status: %w", err)
+	}
+	if !active {
+		return nil
+	}
 	for i := range w.s.lanes {
 		l := &w.s.lanes[i]
 		if l.mergeLimit == 0 {

@@ -72,10 +72,12 @@ var writeSQL = struct {
 	deleteTombstone: `DELETE FROM tombstones WHERE actor_id = ? AND collection_id = ? AND rkey = ?`,
 
 	// merge brings a new followee's newest stored records into one lane of
-	// the follower's feed.
+	// the follower's feed, unless the followee is inactive (deactivated,
+	// taken down): its records wait for it to come back (applyAccount).
 	merge: `INSERT OR IGNORE INTO feed_items (viewer_id, target_id, sort_us, record_id)
 		SELECT ?1, ?2, r.sort_us, r.id FROM records r
 		WHERE r.actor_id = ?3 AND r.collection_id = ?4
+			AND EXISTS (SELECT 1 FROM actors a WHERE a.id = ?3 AND a.active = 1)
 		ORDER BY r.sort_us DESC LIMIT ?5`,
 
 	// unmerge removes an unfollowed account's items from one lane.

@@ -180,11 +180,12 @@ func (w *txWriter) buildViewerFeed(viewerID int64, lanes []*lane) (int64, error)
 }
 
 // buildFeedSQL fills one lane of a viewer's feed from what is stored: the
-// newest records of every distinct account the viewer follows.
+// newest records of every distinct active account the viewer follows.
 const buildFeedSQL = `
 	INSERT OR IGNORE INTO feed_items (viewer_id, target_id, sort_us, record_id)
 	SELECT ?1, ?2, r.sort_us, r.id
 	FROM (SELECT DISTINCT subject_id FROM follows WHERE actor_id = ?1 AND collection_id = ?4 AND subject_id <> ?1) f
+	JOIN actors a ON a.id = f.subject_id AND a.active = 1
 	JOIN records r ON r.actor_id = f.subject_id AND r.collection_id = ?3
 	ORDER BY r.sort_us DESC, r.id DESC
 	LIMIT ?5`

@@ -1,0 +1,62 @@
+package feeds
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+)
+
+// An inactive author stays out of feeds whichever path would bring its
+// stored records in: a new follower's merge, a first read's build of a
+// feed, a listing's re-merge. Only its coming back does.
+func TestInactiveAuthorStaysOutOfFeeds(t *testing.T) {
+	s := openViewerMode(t)
+	ctx := context.Background()
+	now := time.Unix(1_000, 0)
+	register(t, s, "v1", "following")
+	apply(t, s, follow("v1", "carol", "f1", 1), post("carol", "p1", 2))
+	account := func(active bool, status string, n int64) {
+		t.Helper()
+		batch := &Batch{Cursor: StreamCursor{TimeUS: n}, Accounts: []AccountStatus{{DID: did("carol"), Active: active, Status: status, TimeUS: n}}}
+		if _, err := s.ApplyBatch(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	account(false, "takendown", 3)
+	want := func(viewer string, rkeys ...string) {
+		t.Helper()
+		if got := feedRKeys(t, s, "following", viewer, postNSID); !slices.Equal(got, rkeys) {
+			t.Errorf("%s's feed = %v, want %v", viewer, got, rkeys)
+		}
+	}
+	want("v1")
+
+	// v2 follows carol live: the follow's merge.
+	register(t, s, "v2", "following")
+	apply(t, s, follow("v2", "carol", "f2", 4))
+	want("v2")
+
+	// v3's first read builds the feed from stored follows.
+	register(t, s, "v3", "following")
+	apply(t, s, follow("v3", "carol", "f3", 5))
+	if ok, err := s.ClaimFirstRead(ctx, did("v3"), "following", "run", now, time.Minute); !ok || err != nil {
+		t.Fatalf("claim v3's first read: %v %v", ok, err)
+	}
+	if _, err := s.CompleteFirstRead(ctx, did("v3"), "following", "run", now); err != nil {
+		t.Fatal(err)
+	}
+	want("v3")
+
+	// A listing of carol's records finishing re-merges them.
+	if _, err := s.MergeAuthor(ctx, did("carol")); err != nil {
+		t.Fatal(err)
+	}
+	want("v1")
+	want("v2")
+
+	account(true, "", 6)
+	for _, v := range []string{"v1", "v2", "v3"} {
+		want(v, "p1")
+	}
+}
