@@ -134,6 +134,14 @@ func TestResumedListingStopsAtItsLimit(t *testing.T) {
 	for i := range 300 {
 		w.post(author, 10+i)
 	}
+	// The viewer's follows are stored first, as in a first read: an
+	// account's posts are listed only while a viewer follows it.
+	if _, err := w.store.RegisterViewer(context.Background(), viewer, "following", w.clock); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.svc.ensureListing(context.Background(), viewer, followNSID, 10_000, "follows"); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
 	var limits []string

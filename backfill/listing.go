@@ -112,9 +112,10 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		failpoint.Hit(failpoint.BackfillAfterPage)
 		run.Pages++
 		run.Written += res.Written
-		if res.Stale || res.NotViewer {
+		if res.Stale || res.NotViewer || res.NotFollowed {
 			// Another run is ahead of us on this listing and finishes it,
-			// or the account no longer reads a feed these follows build.
+			// the account no longer reads a feed these follows build, or
+			// no viewer follows it any more.
 			return nil
 		}
 		st = next

@@ -69,6 +69,9 @@ func TestResetViewerAndAccountStartOver(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1_000, 0)
 	s.RegisterViewer(ctx, did("alice"), "following", now)
+	// alice's posts are in scope: bob, a viewer, follows her.
+	register(t, s, "bob", "following")
+	apply(t, s, follow("bob", "alice", "f1", 1))
 	s.ClaimFirstRead(ctx, did("alice"), "following", "me", now, time.Minute)
 	s.ApplyListingPage(ctx, &ListingPage{Account: did("alice"), Collection: followNSID, To: Listing{Round: 1, Page: 1, Complete: true}}, now)
 	s.ApplyListingPage(ctx, &ListingPage{Account: did("alice"), Collection: postNSID, To: Listing{Round: 1, Page: 1, Complete: true}}, now)
@@ -91,7 +94,7 @@ func TestResetViewerAndAccountStartOver(t *testing.T) {
 		t.Errorf("post listing after account reset: %+v", l)
 	}
 	r, err := s.Report(ctx)
-	if err != nil || len(r.Feeds) != 1 || r.Feeds[0].Viewers != 1 {
+	if err != nil || len(r.Feeds) != 1 || r.Feeds[0].Viewers != 2 {
 		t.Errorf("report %+v %v", r, err)
 	}
 }
@@ -105,6 +108,9 @@ func TestAddedTargetCollectionRebuildsItsViewers(t *testing.T) {
 	}
 	now := time.Unix(1_000, 0)
 	s.RegisterViewer(ctx, did("alice"), "following", now)
+	// alice's posts are in scope: bob, a viewer, follows her.
+	register(t, s, "bob", "following")
+	apply(t, s, follow("bob", "alice", "f1", 1))
 	s.ClaimFirstRead(ctx, did("alice"), "following", "me", now, time.Minute)
 	s.CompleteFirstRead(ctx, did("alice"), "following", "me", now)
 	apply(t, s, follow("alice", "carol", "f1", 1)) // stores the cursor with its scope

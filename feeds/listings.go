@@ -68,6 +68,11 @@ type ListingResult struct {
 	// ran, outside index_all mode): nothing was written, since only
 	// viewers' follows are stored (the fan-out relies on it, audience.go).
 	NotViewer bool
+	// NotFollowed is set for a page of target records of an account no
+	// viewer follows any more (outside index_all mode): nothing was
+	// written and the listing stays open, so the account's next follower
+	// lists it afresh (leaveScopeIfUnfollowed).
+	NotFollowed bool
 }
 
 // ReadListing returns the stored listing state; the zero Listing when
@@ -121,6 +126,17 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 				return nil
 			}
 		}
+		if !isFollow && !s.indexAll {
+			var one int
+			followed, err := w.queryRow(w.s.stmts.followedByAnyone, []any{actorID}, &one)
+			if err != nil {
+				return fmt.Errorf("check followers: %w", err)
+			}
+			if !followed {
+				res.NotFollowed = true
+				return nil
+			}
+		}
 		for i := range p.Records {
 			r := &p.Records[i]
 			var wrote bool
@@ -153,6 +169,9 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 }
 
 // FailListing records a failed listing attempt without moving its cursor.
+// A failure of a run that fell behind the stored state (the listing was
+// reopened, or another run got further) is not recorded: writing back the
+// run's older position would move the cursor backwards.
 func (s *Store) FailListing(ctx context.Context, account syntax.DID, collection syntax.NSID, l Listing, now time.Time) error {
 	collID, ok := s.collectionID(collection)
 	if !ok {
@@ -162,6 +181,14 @@ func (s *Store) FailListing(ctx context.Context, account syntax.DID, collection 
 		actorID, err := w.actorID(account)
 		if err != nil {
 			return err
+		}
+		cur, found, err := w.readListingState(actorID, collID)
+		if err != nil {
+			return err
+		}
+		if found && cur.Ahead(l) {
+			s.metrics.casMismatch("listing")
+			return nil
 		}
 		l.LastError = truncate(l.LastError, 512)
 		return w.writeListingState(actorID, collID, l, now)
@@ -337,15 +364,26 @@ type ListingKey struct {
 // DueListings returns up to limit target listings that failed and are due
 // for another attempt: not complete, not gone, under maxAttempts, their
 // retry time passed. A viewer's own follow listing is retried by its next
-// read instead.
+// read instead. Only listings someone still needs are due: of a collection
+// an enabled feed targets and, outside index_all mode, of an account a
+// viewer follows (one that left the scope is listed again by its next
+// follower's first read). The longest overdue come first, so a backlog
+// of due listings is worked through rather than the same ones retried.
 func (s *Store) DueListings(ctx context.Context, now time.Time, maxAttempts, limit int) ([]ListingKey, error) {
+	inScope := ``
+	if !s.indexAll {
+		inScope = `AND EXISTS (SELECT 1 FROM follows f WHERE f.subject_id = l.actor_id)`
+	}
 	rows, err := s.reader.QueryContext(ctx, `
 		SELECT a.did, c.nsid FROM listings l
 		JOIN actors a ON a.id = l.actor_id
 		JOIN collections c ON c.id = l.collection_id
 		WHERE l.complete = 0 AND l.gone = 0 AND l.attempts > 0 AND l.attempts < ?
 		AND l.next_retry_us <= ?
+		AND l.collection_id IN (SELECT collection_id FROM feed_targets WHERE enabled = 1)
 		AND l.collection_id NOT IN (SELECT follow_collection_id FROM feed_targets)
+		`+inScope+`
+		ORDER BY l.next_retry_us
 		LIMIT ?`, maxAttempts, now.UnixMicro(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("find due listings: %w", err)

@@ -91,10 +91,13 @@ func (w *txWriter) registeredFor(viewerID int64, feed string) (bool, error) {
 	return ok, nil
 }
 
-// leaveScopeIfUnfollowed invalidates an account's target listings once no
-// viewer follows it any more: its records stop arriving, so when it comes
-// back into scope its backlog must be fetched again rather than left with
-// a hole.
+// leaveScopeIfUnfollowed lets an account go once no viewer follows it any
+// more: its records stop arriving, so when it comes back into scope its
+// backlog must be fetched again rather than left with a hole. Its stored
+// target records go too: the stream's deletes and updates of them are
+// dropped while it is out of scope, so kept records would come back
+// stale or deleted into a later follower's feed. No feed holds them: the
+// unfollows that left it unfollowed took its rows out.
 func (w *txWriter) leaveScopeIfUnfollowed(subjectID int64) error {
 	var one int
 	followed, err := w.queryRow(w.s.stmts.followedByAnyone, []any{subjectID}, &one)
@@ -113,6 +116,15 @@ func (w *txWriter) leaveScopeIfUnfollowed(subjectID int64) error {
 		WHERE actor_id = ? AND collection_id NOT IN (SELECT follow_collection_id FROM feed_targets)`,
 		subjectID); err != nil {
 		return fmt.Errorf("invalidate listings: %w", err)
+	}
+	ids, err := scanIDs(w.tx.QueryContext(w.ctx, `
+		DELETE FROM records WHERE actor_id = ? AND collection_id IN (SELECT collection_id FROM feed_targets)
+		RETURNING id`, subjectID))
+	if err != nil {
+		return fmt.Errorf("drop records of an account out of scope: %w", err)
+	}
+	for _, id := range ids {
+		w.recordChanged(id)
 	}
 	return nil
 }
