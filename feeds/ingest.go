@@ -97,13 +97,21 @@ func (w *txWriter) commit() error {
 	if err := w.queueGrown(); err != nil {
 		return err
 	}
-	if err := w.tx.Commit(); err != nil {
+	// The record cache is told before the commit that records are about
+	// to change, so no page reads a hit from it until it has forgotten
+	// them (record_cache.go); it forgets them even if the commit fails.
+	changes := w.s.recordCache.changing(w.changedRecords)
+	err := w.tx.Commit()
+	if err == nil && w.s.afterCommit != nil {
+		w.s.afterCommit()
+	}
+	changes.done()
+	if err != nil {
 		return err
 	}
 	w.s.rememberActors(w.newActors)
 	w.s.publishFollowed(w.newFollowed)
 	w.s.viewers.apply(w.viewerChanges)
-	w.s.recordCache.forget(w.changedRecords)
 	w.s.boundWAL(w.ctx)
 	return nil
 }

@@ -122,15 +122,26 @@ type pageRecords struct {
 // shows that newer state.
 func (s *Store) pageItems(ctx context.Context, src pageRecords, l *lane, keys []PageKey) ([]Item, error) {
 	recs := make([]*cachedRecord, len(keys))
-	var missing []int
+	// Hits are taken only if no commit changing records was under way
+	// when the keys were read, and kept only if none ran meanwhile: the
+	// keys may be newer than what the cache has not yet forgotten.
+	useHits := src.cached && s.recordCache.unchangedSince(src.epoch)
+	var missing, hits []int
 	for i, k := range keys {
-		if src.cached {
+		if useHits {
 			if r, ok := s.recordCache.get(k.RecordID); ok {
 				recs[i] = r
+				hits = append(hits, i)
 				continue
 			}
 		}
 		missing = append(missing, i)
+	}
+	if len(hits) > 0 && !s.recordCache.unchangedSince(src.epoch) {
+		for _, i := range hits {
+			recs[i] = nil
+		}
+		missing, hits = append(missing, hits...), nil
 	}
 	if len(missing) > 0 {
 		if err := s.readMissing(ctx, src, string(l.collection), keys, recs, missing); err != nil {
@@ -138,7 +149,7 @@ func (s *Store) pageItems(ctx context.Context, src pageRecords, l *lane, keys []
 		}
 	}
 	if src.cached {
-		s.metrics.observeRecordCache(len(keys)-len(missing), len(missing))
+		s.metrics.observeRecordCache(len(hits), len(missing))
 	}
 	items := make([]Item, 0, len(keys))
 	for i, r := range recs {

@@ -21,11 +21,17 @@ import (
 //
 // Staleness: a record's shown fields change only when the writer updates
 // or deletes it (an id freed by a delete can be handed to the next
-// record). After every commit that did, and before the next write
-// transaction starts, the writer forgets those ids and bumps the epoch. A
-// reader takes the epoch before its query and may fill the cache only if
-// no commit forgot anything since: a read that saw rows older than a
-// commit can never put them back after the commit forgot them.
+// record). The epoch works as a sequence lock around every commit that
+// did: the writer makes it odd before the commit, and after the commit
+// forgets those ids and makes it even again. A reader takes the epoch
+// before its query and:
+//   - takes hits only while it is even, and keeps them only if it has not
+//     moved by the time the page is assembled: a page whose keys were read
+//     after such a commit never shows a record from before it, in the
+//     moment between the commit and the forgetting;
+//   - may fill the cache only if it has not moved either: a read that saw
+//     rows older than a commit can never put them back after the commit
+//     forgot them.
 type recordCache struct {
 	maxBytes int64
 	epoch    atomic.Uint64
@@ -72,13 +78,19 @@ func newRecordCache(maxBytes int64) *recordCache {
 	return &recordCache{maxBytes: maxBytes, byID: map[int64]*list.Element{}}
 }
 
-// snapshot returns the epoch to pass to put for rows read from a query
-// started after this call.
+// snapshot returns the epoch to pass to put, and to unchangedSince, for
+// rows read from a query started after this call.
 func (c *recordCache) snapshot() uint64 {
 	if c == nil {
 		return 0
 	}
 	return c.epoch.Load()
+}
+
+// unchangedSince reports whether no commit changing records was under way
+// at snapshot's epoch or has run since: hits got since then are current.
+func (c *recordCache) unchangedSince(epoch uint64) bool {
+	return c != nil && epoch%2 == 0 && c.epoch.Load() == epoch
 }
 
 // get returns the cached record of id.
@@ -104,7 +116,7 @@ func (c *recordCache) put(epoch uint64, recs []*cachedRecord) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.epoch.Load() != epoch {
+	if epoch%2 != 0 || c.epoch.Load() != epoch {
 		return
 	}
 	for _, r := range recs {
@@ -138,17 +150,35 @@ func (c *recordCache) report() {
 	}
 }
 
-// forget drops ids and bumps the epoch, so reads that began before cannot
-// cache what they saw. The writer calls it after each commit that updated
-// or deleted records.
-func (c *recordCache) forget(ids []int64) {
+// recordChanges is a commit's notice that it changes records.
+type recordChanges struct {
+	c   *recordCache
+	ids []int64
+}
+
+// changing tells the cache, before a commit, that the commit updates or
+// deletes the records of ids: the epoch turns odd, so no page takes hits
+// until done.
+func (c *recordCache) changing(ids []int64) recordChanges {
 	if c == nil || len(ids) == 0 {
+		return recordChanges{}
+	}
+	c.epoch.Add(1)
+	return recordChanges{c: c, ids: ids}
+}
+
+// done, after the commit (whether or not it succeeded), drops the ids and
+// turns the epoch even again, so reads that began before can neither keep
+// their hits nor cache what they read.
+func (ch recordChanges) done() {
+	c := ch.c
+	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.epoch.Add(1)
-	for _, id := range ids {
+	defer c.epoch.Add(1)
+	for _, id := range ch.ids {
 		if e, ok := c.byID[id]; ok {
 			c.bytes -= e.Value.(*cachedRecord).size()
 			c.lru.Remove(e)

@@ -197,7 +197,7 @@ func TestRecordCacheEvictsToItsBound(t *testing.T) {
 func TestRecordCacheRefusesRowsReadBeforeAForget(t *testing.T) {
 	c := newRecordCache(1 << 20)
 	epoch := c.snapshot() // a read starts
-	c.forget([]int64{7})
+	c.changing([]int64{7}).done()
 	c.put(epoch, []*cachedRecord{{id: 7, value: []byte(`"old"`)}})
 	if _, ok := c.get(7); ok {
 		t.Fatal("a record read before the commit that changed it was cached after it")
@@ -256,5 +256,35 @@ func TestRecordCacheUnderConcurrentEdits(t *testing.T) {
 		if want := fmt.Sprintf(`{"round":%d}`, rounds); string(it.Value) != want || it.CID != fmt.Sprintf("bafy%d", rounds) {
 			t.Errorf("%s shows %s (%s), want %s", it.RKey, it.Value, it.CID, want)
 		}
+	}
+}
+
+// A page read in the moment between a commit and the record cache's
+// forgetting what it changed must not show a record the commit deleted:
+// here the commit deletes a cached post and stores another under its
+// freed id with the same sort key, which the page's key cannot tell apart.
+func TestPageBetweenACommitAndItsForgetShowsNoDeletedRecord(t *testing.T) {
+	s := MustOpen(t, defaultFeeds)
+	apply(t, s, follow("alice", "carol", "f1", 1), post("carol", "old", 10))
+	if items := firstPage(t, s, "alice"); len(items) != 1 || items[0].RKey != "old" {
+		t.Fatalf("first page %+v, want the old post (now cached)", items)
+	}
+	var during []Item
+	s.afterCommit = func() {
+		s.afterCommit = nil
+		during = firstPage(t, s, "alice")
+	}
+	replace := post("carol", "new", 10) // same sort key as "old"
+	replace.TimeUS = 20
+	replace.CreatedAtUS = 10
+	apply(t, s, unpost("carol", "old", 20), replace)
+	if n := count(t, s, `SELECT count(*) FROM records WHERE rkey = 'new' AND id = (SELECT max(id) FROM records)`); n != 1 {
+		t.Fatal("the new post did not take the freed id; the test no longer sets up the race")
+	}
+	if during == nil {
+		t.Fatal("no page was read between the commit and the forget")
+	}
+	if len(during) != 1 || during[0].RKey != "new" {
+		t.Errorf("page read right after the commit: %+v, want only the new post", during)
 	}
 }

@@ -81,7 +81,10 @@ type Store struct {
 	recordCache *recordCache
 	// afterPageKeys, set by tests, runs between a page's two reads.
 	afterPageKeys func()
-	path          string // of the database file; its WAL is path + "-wal"
+	// afterCommit, set by tests, runs between a write transaction's
+	// commit and the record cache's forgetting what it changed.
+	afterCommit func()
+	path        string // of the database file; its WAL is path + "-wal"
 	// walPages is the writer's wal_autocheckpoint (wal.go).
 	walPages int
 	log      *slog.Logger
