@@ -3,6 +3,7 @@ package feeds
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -108,9 +109,6 @@ func TestAddedTargetCollectionRebuildsItsViewers(t *testing.T) {
 	}
 	now := time.Unix(1_000, 0)
 	s.RegisterViewer(ctx, did("alice"), "following", now)
-	// alice's posts are in scope: bob, a viewer, follows her.
-	register(t, s, "bob", "following")
-	apply(t, s, follow("bob", "alice", "f1", 1))
 	s.ClaimFirstRead(ctx, did("alice"), "following", "me", now, time.Minute)
 	s.CompleteFirstRead(ctx, did("alice"), "following", "me", now)
 	apply(t, s, follow("alice", "carol", "f1", 1)) // stores the cursor with its scope
@@ -135,5 +133,61 @@ func TestAddedTargetCollectionRebuildsItsViewers(t *testing.T) {
 	}
 	if c, _ := s.CheckScope(ctx, []string{"app.bsky.feed.post", reposts, "app.bsky.graph.follow"}); c != nil {
 		t.Errorf("unchanged scope reported a change: %+v", c)
+	}
+}
+
+// A feed that gains a target another feed already has gains no new
+// collection in the stream's scope, but its viewers still lack the
+// backlog: they are rebuilt all the same. So are the viewers of a feed
+// whose target is enabled again after it left the configuration.
+func TestTargetNewToItsFeedRebuildsItsViewersEvenIfStored(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	ctx := context.Background()
+	now := time.Unix(1_000, 0)
+	const reposts = "app.bsky.feed.repost"
+	following := Feed{Name: "following", FollowCollection: followNSID, MergeLimit: 100, Targets: []Target{{Collection: postNSID, Cap: 200}}}
+	art := Feed{Name: "art", FollowCollection: followNSID, MergeLimit: 100, Targets: []Target{{Collection: reposts, Cap: 200}}}
+	complete := func(s *Store, viewer, feed string) {
+		t.Helper()
+		register(t, s, viewer, feed)
+		if ok, err := s.ClaimFirstRead(ctx, did(viewer), feed, "me", now, time.Minute); !ok || err != nil {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		if _, err := s.CompleteFirstRead(ctx, did(viewer), feed, "me", now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	isComplete := func(s *Store, viewer, feed string) bool {
+		t.Helper()
+		st, err := s.RegisterViewer(ctx, did(viewer), feed, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Complete
+	}
+
+	s := mustOpenWith(t, Options{Path: path, Feeds: []Feed{following, art}})
+	complete(s, "alice", "following")
+	complete(s, "bob", "art")
+	s.Close()
+
+	withReposts := following
+	withReposts.Targets = append(slices.Clone(following.Targets), Target{Collection: reposts, Cap: 200})
+	s = mustOpenWith(t, Options{Path: path, Feeds: []Feed{withReposts, art}})
+	if isComplete(s, "alice", "following") {
+		t.Error("alice's feed gained reposts, which art already stored, and she is still complete")
+	}
+	if !isComplete(s, "bob", "art") {
+		t.Error("bob's feed did not change, and he is to be rebuilt")
+	}
+	s.Close()
+
+	// art leaves the configuration and comes back: its lane was not fed
+	// meanwhile.
+	s = mustOpenWith(t, Options{Path: path, Feeds: []Feed{withReposts}})
+	s.Close()
+	s = mustOpenWith(t, Options{Path: path, Feeds: []Feed{withReposts, art}})
+	if isComplete(s, "bob", "art") {
+		t.Error("art's lane was enabled again, and bob is still complete")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -12,15 +13,39 @@ import (
 // collections, and loads the lanes into memory. A lane that left the
 // configuration is disabled (its rows stay until pruned) rather than
 // deleted in one large statement at start.
+//
+// A lane new to its feed, or enabled again, has no backlog in the feed:
+// the feed's viewers are marked for a rebuild (rebuildViewersOf). That
+// holds even where the collection was already stored for another feed, so
+// the stream's scope did not change (CheckScope).
 func (s *Store) syncLanes(ctx context.Context, feeds []Feed) error {
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
+	enabled := map[laneKey]bool{}
+	rows, err := tx.QueryContext(ctx, `
+		SELECT t.feed, c.nsid FROM feed_targets t JOIN collections c ON c.id = t.collection_id
+		WHERE t.enabled = 1`)
+	if err != nil {
+		return fmt.Errorf("read lanes: %w", err)
+	}
+	for rows.Next() {
+		var k laneKey
+		if err := rows.Scan(&k.feed, &k.collection); err != nil {
+			rows.Close()
+			return fmt.Errorf("read lanes: %w", err)
+		}
+		enabled[k] = true
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("read lanes: %w", err)
+	}
 	if _, err := tx.ExecContext(ctx, `UPDATE feed_targets SET enabled = 0`); err != nil {
 		return err
 	}
+	var gained []string // feeds with a lane new or enabled again
 	for _, f := range feeds {
 		followID, err := internCollection(ctx, tx, f.FollowCollection)
 		if err != nil {
@@ -47,6 +72,9 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed) error {
 			if err != nil {
 				return fmt.Errorf("feed %q target %s: %w", f.Name, t.Collection, err)
 			}
+			if !enabled[laneKey{f.Name, t.Collection}] && !slices.Contains(gained, f.Name) {
+				gained = append(gained, f.Name)
+			}
 			s.lanes = append(s.lanes, lane{
 				id: id, feed: f.Name,
 				collection: t.Collection, collectionID: collID,
@@ -68,7 +96,29 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed) error {
 	if err := s.syncFields(ctx, tx, feeds); err != nil {
 		return fmt.Errorf("sync fields: %w", err)
 	}
+	for _, feed := range gained {
+		if err := s.rebuildViewersOf(ctx, tx, feed); err != nil {
+			return err
+		}
+	}
 	return tx.Commit()
+}
+
+// rebuildViewersOf marks every viewer of a feed that gained a lane for a
+// rebuild: its next read is a first read again, which fetches the new
+// collection per followed account from the PDSes (or finds it stored),
+// lazily and through the first-read admission, never all at once.
+func (s *Store) rebuildViewersOf(ctx context.Context, tx *sql.Tx, feed string) error {
+	r, err := tx.ExecContext(ctx, `
+		UPDATE viewers SET state = 'pending', attempts = 0, next_retry_us = 0
+		WHERE feed = ? AND state = 'complete'`, feed)
+	if err != nil {
+		return fmt.Errorf("mark viewers of feed %q for rebuild: %w", feed, err)
+	}
+	if n, _ := r.RowsAffected(); n > 0 {
+		s.log.Info("feed gained a target: its viewers are rebuilt on their next reads", "feed", feed, "viewers", n)
+	}
+	return nil
 }
 
 func internCollection(ctx context.Context, tx *sql.Tx, nsid syntax.NSID) (int64, error) {

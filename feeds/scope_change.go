@@ -20,10 +20,9 @@ type ScopeChange struct {
 // it was taken under) with wanted. The live position is kept either way:
 // what did not change goes on from it. A target collection added later has
 // no backlog in the database, and Jetstream will not replay it from
-// before the cursor, so every viewer of a feed that gained a target is
-// marked for a rebuild: its next read is a first read again, which
-// fetches the new collection per followed account from the PDSes, lazily
-// and through the first-read admission, never all at once. Profiles
+// before the cursor; the viewers of the feeds that gained it were marked
+// for a rebuild when the store opened (syncLanes), as for any lane new to
+// its feed. Profiles
 // (hydration turned on) need no rebuild: a read fetches the missing ones;
 // turned off, the stored ones are forgotten, as they would go stale. The
 // new scope is stored with the cursor. It returns nil when nothing changed
@@ -57,16 +56,6 @@ func (s *Store) CheckScope(ctx context.Context, wanted []string) (*ScopeChange, 
 		for _, n := range before {
 			if !slices.Contains(after, n) {
 				c.Removed = append(c.Removed, n)
-			}
-		}
-		for _, l := range s.lanes {
-			if !slices.Contains(c.Added, string(l.collection)) {
-				continue
-			}
-			if _, err := w.tx.ExecContext(ctx, `
-				UPDATE viewers SET state = 'pending', attempts = 0, next_retry_us = 0
-				WHERE feed = ? AND state = 'complete'`, l.feed); err != nil {
-				return fmt.Errorf("mark viewers for rebuild: %w", err)
 			}
 		}
 		if slices.Contains(c.Removed, string(ProfileCollection)) {
