@@ -314,3 +314,35 @@ func TestKnownViewerIsServedWithoutAWriteAfterARestart(t *testing.T) {
 		t.Fatalf("remembered from %v, want %v", got, w.clock)
 	}
 }
+
+// A viewer whose follow listing waits out a PDS's Retry-After, longer than
+// the viewer's own retry schedule, waits with it: no attempt is counted
+// while the listing is not due, so the viewer is not given up on while
+// nothing was tried, and its feed is built once the PDS answers.
+func TestViewerWaitsForItsListingWithoutUsingAttempts(t *testing.T) {
+	w := newWorld(t, Config{RetryBase: time.Second, MaxAttempts: 2})
+	viewer := w.account("viewer")
+	acct := w.account("acct")
+	w.follow(viewer, acct, 1)
+	w.post(acct, 2)
+	w.pds.Fail(viewer, followNSID, pdstest.FaultRateLimited) // Retry-After: 7 s
+	ctx := context.Background()
+	w.svc.Ensure(ctx, viewer, "following", "test")
+	for range 3 {
+		w.clock = w.clock.Add(2 * time.Second) // the viewer is due, its listing is not
+		w.svc.Ensure(ctx, viewer, "following", "test")
+	}
+	st, err := w.store.RegisterViewer(ctx, viewer, "following", w.clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Attempts != 1 {
+		t.Errorf("viewer attempts = %d, want 1: only the request that met the 429 counts", st.Attempts)
+	}
+	w.pds.Fail(viewer, followNSID, pdstest.FaultNone)
+	w.clock = w.clock.Add(10 * time.Second)
+	w.svc.Ensure(ctx, viewer, "following", "test")
+	if got := w.page(t, viewer, 10); len(got) != 1 {
+		t.Fatalf("feed once the listing was due again = %v, want 1 item", got)
+	}
+}

@@ -213,6 +213,19 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 		// A run cut off by its time bound still records its failure.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
+		var notDue *notDueError
+		if errors.As(err, &notDue) {
+			// The viewer's follow listing waits out its own retry time (a
+			// PDS's Retry-After can be long): the viewer waits with it,
+			// without an attempt counted, or a viewer retried on a
+			// shorter schedule would use up its attempts and be given up
+			// on while nothing was tried.
+			if ferr := s.store.DeferFirstRead(fctx, key.viewer, key.feed, s.owner, err.Error(), notDue.until); ferr != nil {
+				s.log.Error("record deferred first read", "err", ferr)
+			}
+			s.metrics.firstRead("deferred", took)
+			return 0, err
+		}
 		st, _ := s.store.RegisterViewer(fctx, key.viewer, key.feed, s.cfg.Now())
 		next := s.cfg.Now().Add(s.retryAfter(st.Attempts + 1))
 		if ferr := s.store.FailFirstRead(fctx, key.viewer, key.feed, s.owner, err.Error(), next); ferr != nil {

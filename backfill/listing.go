@@ -30,7 +30,7 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 	case st.Attempts >= s.cfg.MaxAttempts:
 		return fmt.Errorf("gave up after %d attempts: %s", st.Attempts, st.LastError)
 	case now.Before(st.NextRetry):
-		return fmt.Errorf("not due before %s: %s", st.NextRetry.Format(time.RFC3339), st.LastError)
+		return &notDueError{until: st.NextRetry, last: st.LastError}
 	}
 	run := feeds.SyncRun{Kind: kind, Subject: string(account), Collection: coll, Started: now}
 	err = s.list(ctx, account, coll, maxRecords, st, &run)
@@ -50,6 +50,18 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 	}
 	s.metrics.run(kind, run.Outcome, run.Duration)
 	return err
+}
+
+// notDueError says a listing failed before and is not due for another
+// attempt yet. A first read that needs it waits for it rather than
+// counting a failed attempt of its own (runFirstRead).
+type notDueError struct {
+	until time.Time
+	last  string // the listing's last error
+}
+
+func (e *notDueError) Error() string {
+	return fmt.Sprintf("not due before %s: %s", e.until.Format(time.RFC3339), e.last)
 }
 
 func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID, maxRecords int, st feeds.Listing, run *feeds.SyncRun) error {

@@ -27,7 +27,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		firstReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "first_read", Name: "runs_total",
-			Help: "First-read runs by outcome: complete, failed, timed_out, claimed_elsewhere.",
+			Help: "First-read runs by outcome: complete, failed, timed_out, deferred (what it needs is not due yet), claimed_elsewhere.",
 		}, []string{"outcome"}),
 		firstReadTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: "first_read", Name: "duration_seconds",

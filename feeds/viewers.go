@@ -193,16 +193,27 @@ const buildFeedSQL = `
 // FailFirstRead records a failed first read (releasing the claim) so the
 // next read retries it after nextRetry.
 func (s *Store) FailFirstRead(ctx context.Context, viewer syntax.DID, feed, owner, reason string, nextRetry time.Time) error {
+	return s.endFirstReadAttempt(ctx, viewer, feed, owner, reason, nextRetry, 1)
+}
+
+// DeferFirstRead puts off a first read that could not start its work (what
+// it needs is not due yet) until nextRetry, releasing the claim, without
+// counting an attempt.
+func (s *Store) DeferFirstRead(ctx context.Context, viewer syntax.DID, feed, owner, reason string, nextRetry time.Time) error {
+	return s.endFirstReadAttempt(ctx, viewer, feed, owner, reason, nextRetry, 0)
+}
+
+func (s *Store) endFirstReadAttempt(ctx context.Context, viewer syntax.DID, feed, owner, reason string, nextRetry time.Time, counted int) error {
 	return s.write(ctx, func(w *txWriter) error {
 		id, found, err := w.existingActorID(viewer)
 		if err != nil || !found {
 			return err
 		}
 		_, err = w.tx.ExecContext(ctx, `
-			UPDATE viewers SET attempts = attempts + 1, last_error = ?4, next_retry_us = ?5,
+			UPDATE viewers SET attempts = attempts + ?6, last_error = ?4, next_retry_us = ?5,
 				claim_owner = '', claim_until_us = 0
 			WHERE actor_id = ?1 AND feed = ?2 AND claim_owner = ?3`,
-			id, feed, owner, truncate(reason, 512), nextRetry.UnixMicro())
+			id, feed, owner, truncate(reason, 512), nextRetry.UnixMicro(), counted)
 		if err != nil {
 			return fmt.Errorf("record failed first read: %w", err)
 		}
