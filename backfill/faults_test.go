@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -279,5 +280,69 @@ func TestFirstReadIsCutOffAtItsRunTimeout(t *testing.T) {
 	}
 	if st, _ := w.store.RegisterViewer(context.Background(), other, "following", w.clock); !st.Complete {
 		t.Fatalf("next first read did not complete: %+v", st)
+	}
+}
+
+// Two runs on one follow listing (a viewer opening two feeds built on the
+// same follows): the one that falls behind finds its page stale, and goes
+// on from where the other stands rather than ending early. Ending early
+// would let its first read build the feed on half the follows.
+func TestARunThatFallsBehindFinishesTheListing(t *testing.T) {
+	w := newWorld(t, Config{})
+	viewer := w.account("viewer")
+	for i := range 250 { // pages of 100, 100 and 50
+		w.follow(viewer, did(fmt.Sprint("acct", i)), i)
+	}
+	if _, err := w.store.RegisterViewer(context.Background(), viewer, "following", w.clock); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{} // requests per cursor
+	var cursors []string     // in the order first asked
+	bBlocked, aBlocked := make(chan struct{}), make(chan struct{})
+	releaseB, releaseA := make(chan struct{}), make(chan struct{})
+	w.gate.Store(func(r *http.Request) {
+		q := r.URL.Query()
+		if q.Get("repo") != string(viewer) {
+			return
+		}
+		c := q.Get("cursor")
+		mu.Lock()
+		seen[c]++
+		if seen[c] == 1 {
+			cursors = append(cursors, c)
+		}
+		n, at := seen[c], slices.Index(cursors, c)
+		mu.Unlock()
+		switch {
+		case at == 0 && n == 1: // run B's first page
+			close(bBlocked)
+			<-releaseB
+		case at == 2 && n == 1: // run A's third page
+			close(aBlocked)
+			<-releaseA
+		}
+	})
+	run := func() chan error {
+		done := make(chan error, 1)
+		go func() { done <- w.svc.ensureListing(context.Background(), viewer, followNSID, 10_000, "follows") }()
+		return done
+	}
+	b := run()
+	<-bBlocked
+	a := run() // stores pages 1 and 2, then waits on page 3
+	<-aBlocked
+	close(releaseB) // B's page 1 is stale now
+	if err := <-b; err != nil {
+		t.Fatal(err)
+	}
+	st, _ := w.store.ReadListing(context.Background(), viewer, followNSID)
+	stored, _ := w.store.Followees(context.Background(), viewer, followNSID)
+	close(releaseA)
+	if err := <-a; err != nil {
+		t.Fatal(err)
+	}
+	if !st.Complete || len(stored) != 250 {
+		t.Errorf("when the run that fell behind returned: listing %+v, %d follows stored; want it complete with 250", st, len(stored))
 	}
 }

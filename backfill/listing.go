@@ -70,10 +70,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		return s.fail(ctx, account, coll, st, fmt.Errorf("resolve %s: %w", account, err), false)
 	}
 	host := id.PDS
-	if st.Host != host {
-		// A cursor taken under another PDS means nothing here: new round.
-		st = feeds.Listing{Host: host, Round: st.Round + 1, Attempts: st.Attempts}
-	}
+	st = resumeAt(st, host)
 	restarted := false
 	for {
 		// A resumed listing asks only for what its limit has left.
@@ -124,17 +121,41 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		failpoint.Hit(failpoint.BackfillAfterPage)
 		run.Pages++
 		run.Written += res.Written
-		if res.Stale || res.NotViewer || res.NotFollowed {
-			// Another run is ahead of us on this listing and finishes it,
-			// the account no longer reads a feed these follows build, or
+		if res.NotViewer || res.NotFollowed {
+			// The account no longer reads a feed these follows build, or
 			// no viewer follows it any more.
 			return nil
+		}
+		if res.Stale {
+			// Another run is ahead of us on this listing. Its pages are
+			// stored: go on from where it stands, so this run too ends
+			// only once the listing is complete. Ending here would let
+			// the caller build a feed on the pages stored so far.
+			cur, err := s.store.ReadListing(ctx, account, coll)
+			if err != nil {
+				return err
+			}
+			if cur.Complete {
+				return nil
+			}
+			st = resumeAt(cur, host)
+			continue
 		}
 		st = next
 		if done {
 			return nil
 		}
 	}
+}
+
+// resumeAt is where a run on host goes on from the stored state st: from
+// its cursor, unless that was taken under another PDS, where it means
+// nothing: then a new round.
+func resumeAt(st feeds.Listing, host string) feeds.Listing {
+	if st.Host != host {
+		return feeds.Listing{Host: host, Round: st.Round + 1, Attempts: st.Attempts}
+	}
+	return st
 }
 
 // pageLimit is the size of the next page of a listing bounded by
