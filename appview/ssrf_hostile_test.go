@@ -243,8 +243,14 @@ func TestDaemonRefusesLoopbackIdentity(t *testing.T) {
 	if n.plc.Requests() != 0 || n.pds.TotalRequests() != 0 {
 		t.Errorf("PLC asked %d times, PDS %d times; want neither", n.plc.Requests(), n.pds.TotalRequests())
 	}
-	if resp, err := httpGet(td.base + getFeedPath + "?feed=following&actor=alice.test"); err != nil || resp.status != 400 ||
-		!strings.Contains(resp.body, "ActorNotFound") {
-		t.Errorf("handle actor: %+v %v, want 400 ActorNotFound (the resolver is on loopback too)", resp, err)
+	// The handle resolver is on loopback too and refused like the PLC: the
+	// directory cannot answer, which says nothing about whether the actor
+	// exists, so 502 rather than ActorNotFound.
+	if resp, err := httpGet(td.base + getFeedPath + "?feed=following&actor=alice.test"); err != nil || resp.status != 502 ||
+		!strings.Contains(resp.body, "UpstreamFailure") {
+		t.Errorf("handle actor: %+v %v, want 502 UpstreamFailure (the resolver is on loopback too)", resp, err)
+	}
+	if n.plc.HandleRequests() != 0 {
+		t.Errorf("handle resolver asked %d times, want never", n.plc.HandleRequests())
 	}
 }

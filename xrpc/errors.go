@@ -59,10 +59,15 @@ func (s *Server) handleError(err error, c echo.Context) {
 }
 
 // toXRPC maps any error to an XRPC error, logging those that are our fault.
+// 502 and 504 are an upstream's, logged where the upstream failed.
 func (s *Server) toXRPC(err error, c echo.Context) *Error {
 	var xe *Error
 	if errors.As(err, &xe) {
-		if xe.Status >= 500 && xe.Status != http.StatusNotImplemented && xe.Status != http.StatusServiceUnavailable && xe != errInternal {
+		switch xe.Status {
+		case http.StatusNotImplemented, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return xe
+		}
+		if xe.Status >= 500 && xe != errInternal {
 			s.logger.Error("request failed", "path", c.Request().URL.Path, "status", xe.Status, "err", err)
 		}
 		return xe

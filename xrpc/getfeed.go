@@ -1,6 +1,7 @@
 package xrpc
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,8 +9,10 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/atfeeds/appview/backfill"
+	"github.com/atfeeds/appview/directory"
 	"github.com/atfeeds/appview/feeds"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/labstack/echo/v4"
@@ -143,8 +146,22 @@ func (p *feedParams) decodeCursor() *Error {
 	return nil
 }
 
-// resolveActor turns a handle actor into its DID; an actor that cannot be
-// resolved is ActorNotFound.
+// maxActorLookup bounds how long getFeed waits for a handle actor to
+// resolve. The directory's own bound (30s by default, shared by every
+// caller of one lookup) is longer than the server's write timeout, past
+// which the client would get a dropped connection instead of an answer.
+const maxActorLookup = 5 * time.Second
+
+// actorLookupTimeout is getFeed's wait for a handle: at most
+// maxActorLookup and a third of the write timeout, which runs from the end
+// of the request headers and must still cover the first read's wait, the
+// page read and writing the response.
+func actorLookupTimeout(write time.Duration) time.Duration {
+	return min(maxActorLookup, write/3)
+}
+
+// resolveActor turns a handle actor into its DID, waiting at most
+// s.actorTimeout; actorError says what a failure means to the client.
 func (s *Server) resolveActor(c echo.Context, p *feedParams) *Error {
 	if p.Handle == "" {
 		return nil
@@ -152,13 +169,43 @@ func (s *Server) resolveActor(c echo.Context, p *feedParams) *Error {
 	if s.actors == nil {
 		return invalidRequest("actor must be a DID: this server does not resolve handles")
 	}
-	did, err := s.actors.ResolveHandle(c.Request().Context(), p.Handle)
+	// directory.Directory goes on with a lookup the request stopped
+	// waiting for and caches its answer, so a retry after a 504 can hit.
+	ctx, cancel := context.WithTimeout(c.Request().Context(), s.actorTimeout)
+	defer cancel()
+	did, err := s.actors.ResolveHandle(ctx, p.Handle)
 	if err != nil {
-		s.logger.Debug("resolve actor", "err", err)
-		return &Error{Status: http.StatusBadRequest, Name: "ActorNotFound", Message: "could not resolve actor " + string(p.Handle)}
+		xe := actorError(p.Handle, err)
+		if xe.Status >= http.StatusInternalServerError {
+			s.logger.Warn("resolve actor", "status", xe.Status, "err", err)
+		} else {
+			s.logger.Debug("resolve actor", "err", err)
+		}
+		return xe
 	}
 	p.Scope.Actor = did
 	return p.decodeCursor()
+}
+
+// actorError maps a failed handle resolution. Only an answer about the
+// handle itself (it does not exist, its DID document does not claim it
+// back, is malformed or names a forbidden PDS) is ActorNotFound, a 400. A
+// directory that could not answer (DNS or HTTP failure, 5xx) says nothing
+// about the actor: 502 UpstreamFailure, so clients retry rather than
+// conclude a valid handle is gone; one that did not answer in time is 504
+// UpstreamTimeout. So is a request cancelled by its client, who reads no
+// answer: the lookup did not finish within the request, and it is not our
+// fault (500).
+func actorError(h syntax.Handle, err error) *Error {
+	switch {
+	case errors.Is(err, directory.ErrNotFound), errors.Is(err, directory.ErrHandleMismatch),
+		errors.Is(err, directory.ErrInvalidDocument), errors.Is(err, directory.ErrForbiddenPDS):
+		return &Error{Status: http.StatusBadRequest, Name: "ActorNotFound", Message: "could not resolve actor " + string(h)}
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return &Error{Status: http.StatusGatewayTimeout, Name: "UpstreamTimeout", Message: "timed out resolving actor " + string(h) + "; retry later"}
+	default:
+		return &Error{Status: http.StatusBadGateway, Name: "UpstreamFailure", Message: "could not reach the identity directory to resolve actor " + string(h) + "; retry later"}
+	}
 }
 
 // feedRecord is one record of a getFeed response; the field order is the

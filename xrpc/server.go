@@ -28,7 +28,11 @@ type FeedReader interface {
 	ReadFeed(ctx context.Context, q feeds.PageQuery) (feeds.Page, error)
 }
 
-// ActorResolver turns a handle into a DID, verified both ways.
+// ActorResolver turns a handle into a DID, verified both ways. Its errors
+// wrap the directory package's sentinels: ErrNotFound, ErrHandleMismatch,
+// ErrInvalidDocument and ErrForbiddenPDS say the actor is unusable (400);
+// anything else is taken as a failure of the directory upstream (502, or
+// 504 past the deadline getFeed sets on ctx).
 type ActorResolver interface {
 	ResolveHandle(ctx context.Context, h syntax.Handle) (syntax.DID, error)
 }
@@ -173,6 +177,8 @@ type Server struct {
 	notify   *notifyMethod // nil when notifyOfUpdate is disabled
 	// scanLimit bounds a filtered page's scan (Config.FilterScanLimit).
 	scanLimit int
+	// actorTimeout bounds a handle actor's resolution (actorLookupTimeout).
+	actorTimeout time.Duration
 
 	// getFeedPath is the full request path of getFeed, "/xrpc/<ns>.getFeed".
 	getFeedPath string
@@ -200,6 +206,7 @@ func NewServer(cfg Config) *Server {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("component", "xrpc")
+	timeouts := cfg.Timeouts.withDefaults()
 
 	s := &Server{
 		logger:      logger,
@@ -213,6 +220,9 @@ func NewServer(cfg Config) *Server {
 		getFeedPath: xrpcPrefix + cfg.Namespace + "." + getFeedName,
 		notify:      newNotifyMethod(cfg),
 		scanLimit:   cfg.FilterScanLimit,
+		// Derived from the write timeout so that a test shortening it
+		// shortens the lookup too.
+		actorTimeout: actorLookupTimeout(timeouts.Write),
 	}
 	for _, f := range cfg.Feeds {
 		s.feeds[f.Name] = f
@@ -238,7 +248,6 @@ func NewServer(cfg Config) *Server {
 	}
 	s.echo = e
 
-	timeouts := cfg.Timeouts.withDefaults()
 	s.http = &http.Server{
 		Handler:           e,
 		ReadHeaderTimeout: timeouts.ReadHeader,
