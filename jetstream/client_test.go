@@ -325,6 +325,28 @@ func TestClientDropsMalformedFramesAndGoesOn(t *testing.T) {
 	}
 }
 
+// A frame stamped in the future never reaches the caller, even as a
+// skipped event: its position would become the cursor. That holds on the
+// salvage path of an oversized frame too.
+func TestClientFutureFrameCarriesNoPosition(t *testing.T) {
+	hostile := `{"did":"did:plc:a","time_us":9000000000000000000,"kind":5}`
+	future := testNow.Add(time.Hour).UnixMicro()
+	big := strings.Replace(postFrame, "1795975616991124", strconv.FormatInt(future, 10), 1)
+	big = strings.Replace(big, `"hello"`, `"`+strings.Repeat("a", 8<<10)+`"`, 1)
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if send(conn, hostile, big, followFrame) {
+			holdOpen(conn)
+		}
+	})
+	h := startClient(t, Config{URLs: []string{srv.url}, MaxFrameBytes: 1024}, fixed(Position{}), 10)
+	if ev := h.next(t); ev.Kind != KindCommit || ev.TimeUS != 1795975616983633 {
+		t.Fatalf("first event %+v, want the follow: the future frames carry no position", ev)
+	}
+	if got := testutil.ToFloat64(h.metrics.dropped.WithLabelValues(ReasonTimeInFuture)); got != 2 {
+		t.Errorf("dropped{%s} = %v, want 2", ReasonTimeInFuture, got)
+	}
+}
+
 // An oversized frame is discarded without dropping the connection, and
 // its position is salvaged so a reconnect would not replay it forever.
 func TestClientFrameTooLarge(t *testing.T) {

@@ -3,6 +3,7 @@ package jetstream
 import (
 	"encoding/json"
 	"errors"
+	"time"
 	"unicode/utf8"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -11,6 +12,11 @@ import (
 const (
 	defaultMaxRecordBytes = 64 << 10
 	defaultMaxDepth       = 32
+	defaultMaxClockSkew   = 5 * time.Minute
+	// minTimeCursor is where a subscribe cursor stops being a v2 sequence
+	// number and becomes a time_us: a larger "cursor" field, sent back to
+	// its host, would ask for a time (likely the future, so the live tip).
+	minTimeCursor = 1_000_000_000_000_000
 )
 
 // DecoderConfig sets what the Decoder accepts.
@@ -24,6 +30,14 @@ type DecoderConfig struct {
 	// MaxDepth caps the JSON nesting depth of a record (the record object
 	// itself is depth 1); default 32.
 	MaxDepth int
+	// MaxClockSkew is how far past the local clock a frame's time_us may
+	// be; default 5 minutes. A later frame is dropped with no position:
+	// the stored cursor never goes backwards, so one frame stamped in the
+	// future would otherwise hold it there, refusing every later batch,
+	// and a restart would resume at the live tip.
+	MaxClockSkew time.Duration
+	// Now is the local clock; default time.Now.
+	Now func() time.Time
 }
 
 // Decoder turns Jetstream frames into validated Events. It is immutable
@@ -33,6 +47,8 @@ type Decoder struct {
 	nsids          nsidCache
 	maxRecordBytes int
 	maxDepth       int
+	maxClockSkew   time.Duration
+	now            func() time.Time
 }
 
 // NewDecoder returns a Decoder; zero limits in cfg take their defaults.
@@ -41,6 +57,8 @@ func NewDecoder(cfg DecoderConfig) *Decoder {
 		follows:        make(map[syntax.NSID]struct{}, len(cfg.FollowCollections)),
 		maxRecordBytes: cfg.MaxRecordBytes,
 		maxDepth:       cfg.MaxDepth,
+		maxClockSkew:   cfg.MaxClockSkew,
+		now:            cfg.Now,
 	}
 	for _, c := range cfg.FollowCollections {
 		d.follows[c] = struct{}{}
@@ -50,6 +68,12 @@ func NewDecoder(cfg DecoderConfig) *Decoder {
 	}
 	if d.maxDepth <= 0 {
 		d.maxDepth = defaultMaxDepth
+	}
+	if d.maxClockSkew <= 0 {
+		d.maxClockSkew = defaultMaxClockSkew
+	}
+	if d.now == nil {
+		d.now = time.Now
 	}
 	return d
 }
@@ -87,9 +111,40 @@ type wireAccount struct {
 
 // Decode parses and validates one frame. On a malformed frame it returns a
 // *DropError and an Event of KindSkipped that still carries TimeUS and Seq
-// when they could be read (TimeUS is 0 otherwise), so the caller can move
-// its cursor past the frame.
+// when they could be read and are believable (TimeUS is 0 otherwise), so
+// the caller can move its cursor past the frame.
 func (d *Decoder) Decode(frame []byte) (Event, error) {
+	ev, derr := d.decode(frame)
+	// Checked whatever else is wrong with the frame: a dropped frame's
+	// position still moves the caller's cursor.
+	if perr := d.checkPosition(&ev); perr != nil {
+		return ev, perr
+	}
+	if derr != nil {
+		return ev, derr
+	}
+	return ev, nil
+}
+
+// checkPosition drops ev's position, leaving a KindSkipped event with none,
+// when its time_us is past the local clock plus the allowed skew or its
+// sequence number would be read as a time. Such a frame is dropped for
+// that reason first: it is the one that would harm the cursor.
+func (d *Decoder) checkPosition(ev *Event) *DropError {
+	var derr *DropError
+	if now := d.now(); ev.TimeUS > now.Add(d.maxClockSkew).UnixMicro() {
+		derr = dropf(ReasonTimeInFuture, "time_us %d is more than %v past the local clock (%d)",
+			ev.TimeUS, d.maxClockSkew, now.UnixMicro())
+	} else if ev.Seq >= minTimeCursor {
+		derr = dropf(ReasonBadCursor, "cursor %d is not a sequence number", ev.Seq)
+	}
+	if derr != nil {
+		*ev = Event{Kind: KindSkipped, DID: ev.DID}
+	}
+	return derr
+}
+
+func (d *Decoder) decode(frame []byte) (Event, *DropError) {
 	var w wireEvent
 	if err := json.Unmarshal(frame, &w); err != nil {
 		var typeErr *json.UnmarshalTypeError
@@ -145,6 +200,16 @@ func (d *Decoder) Decode(frame []byte) (Event, error) {
 		return skipped(&w), dropf(ReasonBadKind, "unknown kind %q", w.Kind)
 	}
 	return ev, nil
+}
+
+// salvage is salvagePosition with the same position checks as Decode; a
+// failed check replaces reason.
+func (d *Decoder) salvage(prefix []byte, reason *DropError) (Event, *DropError) {
+	ev := salvagePosition(prefix)
+	if perr := d.checkPosition(&ev); perr != nil {
+		return ev, perr
+	}
+	return ev, reason
 }
 
 func (d *Decoder) decodeCommit(w *wireCommit) (*Commit, *DropError) {

@@ -22,6 +22,8 @@ func FuzzDecode(f *testing.F) {
 		`{"did":"did:plc:a","time_us":1e3,"kind":"identity","identity":{}}`,
 		`{"DID":"did:plc:a","TIME_US":5,"Kind":"account","account":{"active":"yes"}}`,
 		`{"did":"did:plc:a","time_us":1,"cursor":-5,"kind":"account","account":{}} trailing`,
+		`{"time_us":9000000000000000000,"kind":5}`,
+		`{"did":"did:plc:a","time_us":1,"cursor":1000000000000000,"kind":"account","account":{}}`,
 		strings.Replace(postFrame, "hello", "\xed\xa0\x80", 1),
 		strings.Replace(followFrame, `"subject":"did`, `"subject":"\u0064id`, 1),
 	}
@@ -50,7 +52,7 @@ func FuzzDecode(f *testing.F) {
 			if ev.Kind != KindSkipped || ev.Commit != nil || ev.Identity != nil || ev.Account != nil {
 				t.Fatalf("dropped frame gave a payload: %+v", ev)
 			}
-			if ev.TimeUS < 0 || ev.Seq < 0 || (ev.TimeUS == 0 && ev.Seq != 0) {
+			if ev.TimeUS < 0 || ev.Seq < 0 || (ev.TimeUS == 0 && ev.Seq != 0) || !believable(dec, ev) {
 				t.Fatalf("bad skipped position: %+v", ev)
 			}
 			return
@@ -59,12 +61,18 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
+// believable says whether ev's position could be stored as the cursor:
+// not in the future, and a sequence number no server reads as a time.
+func believable(dec *Decoder, ev Event) bool {
+	return ev.TimeUS <= dec.now().Add(dec.maxClockSkew).UnixMicro() && ev.Seq < minTimeCursor
+}
+
 func checkValidEvent(t *testing.T, dec *Decoder, ev Event) {
 	t.Helper()
 	if _, err := syntax.ParseDID(string(ev.DID)); err != nil {
 		t.Fatalf("invalid DID accepted: %q", ev.DID)
 	}
-	if ev.TimeUS <= 0 || ev.Seq < 0 {
+	if ev.TimeUS <= 0 || ev.Seq < 0 || !believable(dec, ev) {
 		t.Fatalf("bad position: %+v", ev)
 	}
 	payloads := 0

@@ -3,6 +3,7 @@ package jetstream
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +25,15 @@ var (
 	accountFrame  = `{"did":"did:plc:ufbl4k27gp6kzas5glhz7fim","time_us":1725516665333808,"kind":"account","account":{"active":false,"status":"deactivated","did":"did:plc:ufbl4k27gp6kzas5glhz7fim","seq":1409753013,"time":"2024-09-05T06:11:04.870Z"}}`
 )
 
+// testNow is the test decoder's clock: a few minutes after the newest
+// sample frame, so the sample frames stay valid whenever the tests run.
+var testNow = time.Date(2026, 11, 29, 18, 15, 0, 0, time.UTC)
+
 func testDecoder() *Decoder {
-	return NewDecoder(DecoderConfig{FollowCollections: []syntax.NSID{followNSID}})
+	return NewDecoder(DecoderConfig{
+		FollowCollections: []syntax.NSID{followNSID},
+		Now:               func() time.Time { return testNow },
+	})
 }
 
 // commitFrame builds a commit frame around a commit body, for table tests.
@@ -259,6 +267,50 @@ func TestDecodeDrops(t *testing.T) {
 				t.Fatalf("skipped position = (%d, %d), want (%d, %d)", ev.TimeUS, ev.Seq, tt.timeUS, tt.seq)
 			}
 		})
+	}
+}
+
+// A frame stamped past the local clock (beyond the allowed skew), or with a
+// sequence number a server would read as a time, carries no position,
+// whatever else is wrong with it: taken as the cursor, it would freeze the
+// stored cursor in the future and resume at the live tip after a restart.
+func TestDecodeFuturePositionIsDropped(t *testing.T) {
+	now := time.UnixMicro(1795975616991124) // postFrame's time_us
+	dec := NewDecoder(DecoderConfig{Now: func() time.Time { return now }, MaxClockSkew: time.Minute})
+	limit := now.Add(time.Minute).UnixMicro()
+	stamped := func(timeUS int64) string {
+		return strings.Replace(postFrame, "1795975616991124", strconv.FormatInt(timeUS, 10), 1)
+	}
+	big := stamped(limit + 1)
+	tests := []struct {
+		name, frame, reason string
+	}{
+		{"valid event", stamped(limit + 1), ReasonTimeInFuture},
+		{"far future", stamped(9_000_000_000_000_000_000), ReasonTimeInFuture},
+		{"wrong field type", `{"time_us":9000000000000000000,"kind":5}`, ReasonTimeInFuture},
+		{"syntax error", `{"did":"did:plc:a","time_us":9000000000000000000,"cursor":3,"kind":`, ReasonTimeInFuture},
+		{"truncated", big[:len(big)-40], ReasonTimeInFuture},
+		{"bad did", `{"did":"x","time_us":9000000000000000000,"kind":"account","account":{}}`, ReasonTimeInFuture},
+		{"cursor read as a time", strings.Replace(postFrame, `"kind"`, `"cursor":1000000000000000,"kind"`, 1), ReasonBadCursor},
+		{"cursor far out", strings.Replace(postFrame, `"kind"`, `"cursor":9000000000000000000,"kind"`, 1), ReasonBadCursor},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ev, err := dec.Decode([]byte(tt.frame))
+			var derr *DropError
+			if !errors.As(err, &derr) || derr.Reason != tt.reason {
+				t.Fatalf("err = %v, want a drop for %s", err, tt.reason)
+			}
+			if ev.Kind != KindSkipped || ev.TimeUS != 0 || ev.Seq != 0 || ev.Commit != nil {
+				t.Fatalf("dropped event %+v carries a position or payload", ev)
+			}
+		})
+	}
+	if ev, err := dec.Decode([]byte(stamped(limit))); err != nil || ev.TimeUS != limit {
+		t.Fatalf("frame at the skew limit: %+v, %v", ev, err)
+	}
+	if ev, err := dec.Decode([]byte(strings.Replace(postFrame, `"kind"`, `"cursor":999999999999999,"kind"`, 1))); err != nil || ev.Seq != 999999999999999 {
+		t.Fatalf("largest sequence number: %+v, %v", ev, err)
 	}
 }
 

@@ -122,8 +122,7 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 		case truncated:
 			// Drop it but keep its position: reconnecting instead would
 			// replay the same frame forever.
-			ev = salvagePosition(buf.Bytes())
-			derr = dropf(ReasonFrameTooLarge, "frame over %d bytes", c.cfg.MaxFrameBytes)
+			ev, derr = c.dec.salvage(buf.Bytes(), dropf(ReasonFrameTooLarge, "frame over %d bytes", c.cfg.MaxFrameBytes))
 		default:
 			var err error
 			ev, err = c.dec.Decode(buf.Bytes())
