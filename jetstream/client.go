@@ -20,6 +20,9 @@ const (
 	defaultMinBackoff    = 250 * time.Millisecond
 	defaultMaxBackoff    = 30 * time.Second
 	handshakeTimeout     = 10 * time.Second
+	// maxStalledSessions is how many sessions in a row may deliver only
+	// replays before the client fails over to the next URL.
+	maxStalledSessions = 3
 )
 
 // Config says where and how to subscribe. Zero values take the defaults
@@ -201,7 +204,9 @@ func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Eve
 		}
 	}
 
-	host, attempt := 0, 0
+	// stalled counts the sessions in a row on this host that delivered
+	// nothing new.
+	host, attempt, stalled := 0, 0, 0
 	for first := true; ; first = false {
 		if ctx.Err() != nil {
 			return nil
@@ -211,7 +216,7 @@ func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Eve
 		}
 		url := c.cfg.URLs[host]
 		pos, rewind := c.resumeFrom(url, resume())
-		delivered, err := c.session(ctx, url, pos, rewind, out)
+		res, err := c.session(ctx, url, pos, rewind, out)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -219,16 +224,24 @@ func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Eve
 			c.logger.Info("reconnecting from a reset cursor", "host", url)
 			continue
 		}
-		if delivered > 0 {
+		switch {
+		case res.progressed:
 			// The host works: stay on it (a sequence cursor is only good
 			// there) and start the backoff over.
-			attempt = 0
-		} else {
-			host = (host + 1) % len(c.cfg.URLs)
+			attempt, stalled = 0, 0
+		case res.delivered == 0:
+			host, stalled = (host+1)%len(c.cfg.URLs), 0
+		default:
+			// Only replays: the host answers but fails before anything
+			// new. Give it a few tries, a sequence cursor being exact
+			// there, then treat it as a failed host.
+			if stalled++; stalled >= maxStalledSessions {
+				host, stalled = (host+1)%len(c.cfg.URLs), 0
+			}
 		}
 		wait := backoffDelay(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff, c.jitter)
 		attempt++
-		c.logSessionEnd(url, delivered, wait, err)
+		c.logSessionEnd(url, res.delivered, wait, err)
 		if c.sleep(ctx, wait) != nil {
 			return nil
 		}

@@ -270,6 +270,49 @@ func TestClientBackoffGrowsAndResets(t *testing.T) {
 	h.stop(t, 2*time.Second)
 }
 
+// A session that only replays what was already delivered is no progress,
+// however many events it carries: a reconnect always replays a little, so
+// counting those would redial a host that keeps failing mid-stream at the
+// shortest backoff forever. The backoff grows instead, and after a few such
+// sessions the client fails over; a session with a new event resets it.
+func TestClientFailsOverWhenSessionsOnlyReplay(t *testing.T) {
+	const postUS = 1795975616991124
+	first := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		send(conn, postFrame) // the committed event again, then a drop
+	})
+	second := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if n == 0 {
+			send(conn, deleteFrame) // a new event, then a drop
+			return
+		}
+		holdOpen(conn)
+	})
+	cfg := Config{URLs: []string{first.url, second.url}, MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}
+	h := startClient(t, cfg, fixed(Position{TimeUS: postUS}), 10)
+	for i := 0; ; i++ {
+		ev := h.next(t)
+		if ev.Host == second.url {
+			break
+		}
+		if ev.TimeUS != postUS || i >= 10 {
+			t.Fatalf("event %d: %+v; the client never left the host that only replays", i, ev)
+		}
+	}
+	waitFor(t, "the sleep after the new event", func() bool { return len(h.sleepsSoFar()) >= 4 })
+	if n := len(first.dials()); n != maxStalledSessions {
+		t.Errorf("host that only replays dialed %d times, want %d", n, maxStalledSessions)
+	}
+	// jitter is fixed at 0.5: 3/4 of 100ms, 200ms, 400ms; then 100ms again
+	// after the second host's new event.
+	want := []time.Duration{75, 150, 300, 75}
+	for i, d := range h.sleepsSoFar()[:4] {
+		if d != want[i]*time.Millisecond {
+			t.Errorf("sleep %d = %v, want %v", i, d, want[i]*time.Millisecond)
+		}
+	}
+	h.stop(t, 2*time.Second)
+}
+
 func TestClientReconnectsAfterDrop(t *testing.T) {
 	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
 		if n == 0 {

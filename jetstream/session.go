@@ -38,13 +38,25 @@ func (e *refusedError) Unwrap() error { return e.Err }
 // errRestart ends a session on Restart.
 var errRestart = errors.New("restart requested")
 
-// session runs one connection to host and returns how many events it
-// delivered on out. It returns when the connection fails or ctx ends.
-func (c *Client) session(ctx context.Context, host string, pos Position, rewind time.Duration, out chan<- Event) (int, error) {
+// sessionResult says what a session delivered.
+type sessionResult struct {
+	delivered int
+	// progressed is set once an event past the session's start position
+	// was delivered. A reconnect replays from before that position, so a
+	// session that delivered only replays moved nothing on, and must not
+	// count as a working host.
+	progressed bool
+}
+
+// session runs one connection to host, resuming from pos less rewind, and
+// returns what it delivered on out. It returns when the connection fails
+// or ctx ends.
+func (c *Client) session(ctx context.Context, host string, pos Position, rewind time.Duration, out chan<- Event) (sessionResult, error) {
+	var res sessionResult
 	cursor := cursorFor(host, pos, rewind)
 	target, err := subscribeURL(host, c.cfg.WantedCollections, cursor)
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	var header http.Header
 	if c.cfg.UserAgent != "" {
@@ -56,9 +68,9 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 		if resp != nil {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
 			_ = resp.Body.Close()
-			return 0, &refusedError{Status: resp.StatusCode, Body: string(bytes.TrimSpace(body)), Err: err}
+			return res, &refusedError{Status: resp.StatusCode, Body: string(bytes.TrimSpace(body)), Err: err}
 		}
-		return 0, fmt.Errorf("dial: %w", err)
+		return res, fmt.Errorf("dial: %w", err)
 	}
 	c.logger.Info("connected", "host", host, "cursor", cursor)
 	report := SessionReport{Host: host, Connected: time.Now(), StartCursor: cursor}
@@ -94,24 +106,24 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 	defer conn.Close()
 	c.keepalive(conn)
 
-	var (
-		buf       bytes.Buffer
-		delivered int
-	)
+	var buf bytes.Buffer
+	// A sequence cursor resumes on its own numbering; otherwise time_us
+	// tells a new event from a replay.
+	bySeq := pos.Seq > 0 && pos.Host == host
 	for {
 		typ, truncated, err := c.readFrame(conn, &buf)
 		if err != nil {
 			if ctx.Err() != nil {
-				return delivered, nil
+				return res, nil
 			}
 			select {
 			case <-restarted:
 				endErr = errRestart
-				return delivered, errRestart
+				return res, errRestart
 			default:
 			}
 			endErr = fmt.Errorf("read frame: %w", err)
-			return delivered, endErr
+			return res, endErr
 		}
 
 		var ev Event
@@ -146,15 +158,18 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 		ev.Session = id
 		select {
 		case out <- ev:
-			delivered++
-			report.Delivered = delivered
+			res.delivered++
+			if ev.TimeUS > pos.TimeUS || (bySeq && ev.Seq > pos.Seq) {
+				res.progressed = true
+			}
+			report.Delivered = res.delivered
 			report.EndTimeUS = max(report.EndTimeUS, ev.TimeUS)
 			c.handedOver(&ev)
 		case <-ctx.Done():
-			return delivered, nil
+			return res, nil
 		case <-restarted:
 			endErr = errRestart
-			return delivered, errRestart
+			return res, errRestart
 		}
 	}
 }
