@@ -13,6 +13,10 @@ const (
 	defaultMaxRecordBytes = 64 << 10
 	defaultMaxDepth       = 32
 	defaultMaxClockSkew   = 5 * time.Minute
+	// maxStatusBytes bounds an account's status, a short token
+	// ("deactivated", "takendown", …) that is stored as it comes: without
+	// a bound, one frame could make it a megabyte.
+	maxStatusBytes = 64
 	// minTimeCursor is where a subscribe cursor stops being a v2 sequence
 	// number and becomes a time_us: a larger "cursor" field, sent back to
 	// its host, would ask for a time (likely the future, so the live tip).
@@ -193,6 +197,9 @@ func (d *Decoder) decode(frame []byte) (Event, *DropError) {
 		if w.Account == nil {
 			return skipped(&w), dropf(ReasonMissingField, "account missing")
 		}
+		if len(w.Account.Status) > maxStatusBytes {
+			return skipped(&w), dropf(ReasonBadStatus, "account.status is %d bytes, limit %d", len(w.Account.Status), maxStatusBytes)
+		}
 		ev.Kind, ev.Account = KindAccount, &Account{Active: w.Account.Active, Status: w.Account.Status}
 	case "":
 		return skipped(&w), dropf(ReasonMissingField, "kind missing")
@@ -228,6 +235,11 @@ func (d *Decoder) decodeCommit(w *wireCommit) (*Commit, *DropError) {
 	}
 	if w.Rev == "" {
 		return nil, dropf(ReasonMissingField, "commit.rev missing")
+	}
+	// The rev is stored and compared as a string to order a record's
+	// changes; a TID keeps it short and sortable.
+	if _, err := parseTID(w.Rev); err != nil {
+		return nil, drop(ReasonBadRev, err)
 	}
 	if w.Collection == "" {
 		return nil, dropf(ReasonMissingField, "commit.collection missing")

@@ -18,7 +18,7 @@ func FuzzDecode(f *testing.F) {
 	seeds := []string{
 		followFrame, postFrame, deleteFrame, identityFrame, accountFrame, typicalPostFrame, replyPostFrame,
 		followFrame[:150], `{}`, `null`, `[]`, `{"did":"did:plc:a","time_us":1,"kind":"commit","commit":{}}`,
-		`{"did":"did:plc:a","time_us":1,"kind":"commit","commit":{"rev":"r","operation":"create","collection":"a.b.c","rkey":"k","cid":"` + testCID + `","record":{"$type":"a.b.c","x":[[[[{}]]]]}}}`,
+		`{"did":"did:plc:a","time_us":1,"kind":"commit","commit":{"rev":"3ke6kg3wlch22","operation":"create","collection":"a.b.c","rkey":"k","cid":"` + testCID + `","record":{"$type":"a.b.c","x":[[[[{}]]]]}}}`,
 		`{"did":"did:plc:a","time_us":1e3,"kind":"identity","identity":{}}`,
 		`{"DID":"did:plc:a","TIME_US":5,"Kind":"account","account":{"active":"yes"}}`,
 		`{"did":"did:plc:a","time_us":1,"cursor":-5,"kind":"account","account":{}} trailing`,
@@ -92,8 +92,8 @@ func checkValidEvent(t *testing.T, dec *Decoder, ev Event) {
 			}
 		}
 	case KindAccount:
-		if ev.Account == nil {
-			t.Fatal("account event without account")
+		if ev.Account == nil || len(ev.Account.Status) > maxStatusBytes {
+			t.Fatalf("bad account accepted: %+v", ev.Account)
 		}
 	case KindCommit:
 		c := ev.Commit
@@ -103,8 +103,8 @@ func checkValidEvent(t *testing.T, dec *Decoder, ev Event) {
 		if _, err := syntax.ParseRecordKey(string(c.RKey)); err != nil {
 			t.Fatalf("invalid rkey accepted: %q", c.RKey)
 		}
-		if c.Rev == "" {
-			t.Fatal("empty rev accepted")
+		if _, err := syntax.ParseTID(c.Rev); err != nil {
+			t.Fatalf("invalid rev accepted: %q", c.Rev)
 		}
 		switch c.Operation {
 		case OpDelete:

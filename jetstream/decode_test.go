@@ -135,6 +135,11 @@ func TestDecodeValid(t *testing.T) {
 		if ev.Kind != KindAccount || ev.Account == nil || ev.Account.Active || ev.Account.Status != "deactivated" {
 			t.Fatalf("event: %+v", ev)
 		}
+		long := strings.Repeat("x", maxStatusBytes)
+		ev, err = dec.Decode([]byte(strings.Replace(accountFrame, "deactivated", long, 1)))
+		if err != nil || ev.Account.Status != long {
+			t.Fatalf("status at the length limit: %+v, %v", ev, err)
+		}
 	})
 
 	t.Run("lenient and missing createdAt", func(t *testing.T) {
@@ -166,14 +171,14 @@ func TestDecodeValid(t *testing.T) {
 	})
 
 	t.Run("repost subject object is not a follow", func(t *testing.T) {
-		frame := commitFrame(`{"rev":"r","operation":"create","collection":"app.bsky.feed.repost","rkey":"3kbbpidw2r7zx","cid":"` + testCID + `","record":{"$type":"app.bsky.feed.repost","subject":{"uri":"at://x","cid":"y"}}}`)
+		frame := commitFrame(`{"rev":"3ke6kg3wlch22","operation":"create","collection":"app.bsky.feed.repost","rkey":"3kbbpidw2r7zx","cid":"` + testCID + `","record":{"$type":"app.bsky.feed.repost","subject":{"uri":"at://x","cid":"y"}}}`)
 		if _, err := dec.Decode([]byte(frame)); err != nil {
 			t.Fatal(err)
 		}
 	})
 
 	t.Run("delete ignores a stray record", func(t *testing.T) {
-		frame := commitFrame(`{"rev":"r","operation":"delete","collection":"app.bsky.feed.post","rkey":"3kbbpidw2r7zx","cid":"x","record":{"a":1}}`)
+		frame := commitFrame(`{"rev":"3ke6kg3wlch22","operation":"delete","collection":"app.bsky.feed.post","rkey":"3kbbpidw2r7zx","cid":"x","record":{"a":1}}`)
 		ev, err := dec.Decode([]byte(frame))
 		if err != nil || ev.Commit.Record != nil || ev.Commit.CID != "" {
 			t.Fatalf("event %+v, err %v", ev, err)
@@ -227,13 +232,16 @@ func TestDecodeDrops(t *testing.T) {
 		{name: "bad operation", frame: commitFrame(strings.Replace(postCommit(`{}`), `"create"`, `"upsert"`, 1)), reason: ReasonBadOperation, timeUS: 1795975616983633, seq: 7},
 		{name: "no operation", frame: commitFrame(strings.Replace(postCommit(`{}`), `"create"`, `""`, 1)), reason: ReasonMissingField, timeUS: 1795975616983633, seq: 7},
 		{name: "no rev", frame: commitFrame(strings.Replace(postCommit(`{}`), `"3ke6kg3wlch22"`, `""`, 1)), reason: ReasonMissingField, timeUS: 1795975616983633, seq: 7},
-		{name: "no collection", frame: commitFrame(`{"rev":"r","operation":"delete","rkey":"k"}`), reason: ReasonMissingField, timeUS: 1795975616983633, seq: 7},
-		{name: "bad nsid", frame: commitFrame(`{"rev":"r","operation":"delete","collection":"post","rkey":"k"}`), reason: ReasonBadNSID, timeUS: 1795975616983633, seq: 7},
-		{name: "no rkey", frame: commitFrame(`{"rev":"r","operation":"delete","collection":"app.bsky.feed.post"}`), reason: ReasonMissingField, timeUS: 1795975616983633, seq: 7},
-		{name: "bad rkey", frame: commitFrame(`{"rev":"r","operation":"delete","collection":"app.bsky.feed.post","rkey":".."}`), reason: ReasonBadRKey, timeUS: 1795975616983633, seq: 7},
+		{name: "rev not a TID", frame: commitFrame(strings.Replace(postCommit(`{}`), `"3ke6kg3wlch22"`, `"r"`, 1)), reason: ReasonBadRev, timeUS: 1795975616983633, seq: 7},
+		{name: "rev oversized", frame: commitFrame(strings.Replace(postCommit(`{}`), `"3ke6kg3wlch22"`, `"`+strings.Repeat("3ke6kg3wlch22", 1000)+`"`, 1)), reason: ReasonBadRev, timeUS: 1795975616983633, seq: 7},
+		{name: "status oversized", frame: `{"did":"did:plc:a","time_us":9,"kind":"account","account":{"active":false,"status":"` + strings.Repeat("x", maxStatusBytes+1) + `"}}`, reason: ReasonBadStatus, timeUS: 9},
+		{name: "no collection", frame: commitFrame(`{"rev":"3ke6kg3wlch22","operation":"delete","rkey":"k"}`), reason: ReasonMissingField, timeUS: 1795975616983633, seq: 7},
+		{name: "bad nsid", frame: commitFrame(`{"rev":"3ke6kg3wlch22","operation":"delete","collection":"post","rkey":"k"}`), reason: ReasonBadNSID, timeUS: 1795975616983633, seq: 7},
+		{name: "no rkey", frame: commitFrame(`{"rev":"3ke6kg3wlch22","operation":"delete","collection":"app.bsky.feed.post"}`), reason: ReasonMissingField, timeUS: 1795975616983633, seq: 7},
+		{name: "bad rkey", frame: commitFrame(`{"rev":"3ke6kg3wlch22","operation":"delete","collection":"app.bsky.feed.post","rkey":".."}`), reason: ReasonBadRKey, timeUS: 1795975616983633, seq: 7},
 		{name: "create without cid", frame: commitFrame(strings.Replace(postCommit(`{"$type":"app.bsky.feed.post"}`), testCID, ``, 1)), reason: ReasonMissingField, timeUS: 1795975616983633, seq: 7},
 		{name: "bad cid", frame: commitFrame(strings.Replace(postCommit(`{"$type":"app.bsky.feed.post"}`), testCID, `not a cid`, 1)), reason: ReasonBadCID, timeUS: 1795975616983633, seq: 7},
-		{name: "create without record", frame: commitFrame(`{"rev":"r","operation":"create","collection":"app.bsky.feed.post","rkey":"k","cid":"` + testCID + `"}`), reason: ReasonMissingField, timeUS: 1795975616983633, seq: 7},
+		{name: "create without record", frame: commitFrame(`{"rev":"3ke6kg3wlch22","operation":"create","collection":"app.bsky.feed.post","rkey":"k","cid":"` + testCID + `"}`), reason: ReasonMissingField, timeUS: 1795975616983633, seq: 7},
 		{name: "create with null record", frame: commitFrame(postCommit(`null`)), reason: ReasonMissingField, timeUS: 1795975616983633, seq: 7},
 		{name: "record not an object", frame: commitFrame(postCommit(`"app.bsky.feed.post"`)), reason: ReasonBadRecord, timeUS: 1795975616983633, seq: 7},
 		{name: "record without $type", frame: commitFrame(postCommit(`{"text":"x"}`)), reason: ReasonTypeMismatch, timeUS: 1795975616983633, seq: 7},

@@ -21,6 +21,8 @@ const (
 	ReasonTooDeep        = "too_deep"
 	ReasonFrameTooLarge  = "frame_too_large"
 	ReasonBinaryFrame    = "binary_frame"
+	ReasonBadRev         = "bad_rev"
+	ReasonBadStatus      = "bad_status"
 	ReasonTimeInFuture   = "time_in_future"      // time_us past the local clock plus the allowed skew
 	ReasonBadCursor      = "cursor_out_of_range" // a v2 sequence number a server would read as a time
 )
@@ -33,7 +35,7 @@ var dropReasons = []string{
 	ReasonBadKind, ReasonBadOperation, ReasonBadNSID, ReasonBadRKey,
 	ReasonBadCID, ReasonBadRecord, ReasonTypeMismatch, ReasonBadSubject,
 	ReasonRecordTooLarge, ReasonTooDeep, ReasonFrameTooLarge, ReasonBinaryFrame,
-	ReasonTimeInFuture, ReasonBadCursor,
+	ReasonTimeInFuture, ReasonBadCursor, ReasonBadRev, ReasonBadStatus,
 }
 
 // DropError says why a frame was dropped. Reason is one of the Reason…

@@ -50,6 +50,7 @@ func (c *nsidCache) parse(raw string) (syntax.NSID, error) {
 var (
 	errRecordKey = errors.New("invalid record key syntax")
 	errCID       = errors.New("invalid CID syntax")
+	errTID       = errors.New("invalid TID syntax")
 )
 
 // parseRecordKey accepts what syntax.ParseRecordKey accepts: 1 to 512 of
@@ -80,6 +81,24 @@ func parseCID(raw string) (syntax.CID, error) {
 		}
 	}
 	return syntax.CID(raw), nil
+}
+
+// parseTID accepts what syntax.ParseTID accepts: 13 base32-sortable
+// characters ([2-7a-z]), the first one of [2-7a-j] (the top bit is 0).
+func parseTID(raw string) (syntax.TID, error) {
+	if len(raw) != 13 || !isBase32Sort(raw[0]) || raw[0] > 'j' {
+		return "", errTID
+	}
+	for i := 1; i < len(raw); i++ {
+		if !isBase32Sort(raw[i]) {
+			return "", errTID
+		}
+	}
+	return syntax.TID(raw), nil
+}
+
+func isBase32Sort(c byte) bool {
+	return (c >= '2' && c <= '7') || (c >= 'a' && c <= 'z')
 }
 
 func isASCIIAlnum(c byte) bool {

@@ -12,6 +12,7 @@ var identSeeds = []string{
 	strings.Repeat("a", 512), strings.Repeat("a", 513), strings.Repeat("a", 7),
 	testCID, "Qmbxyzxyzxyz", "QmXyzxyzxyz", "bafy+abc=", "bafy-abc", strings.Repeat("b", 256), strings.Repeat("b", 257),
 	"app.bsky.feed.post", "app.bsky.feed.*", "com.example.fooBar", "a.b", "1a.b.c",
+	"3ke6kg3wlch22", "jzzzzzzzzzzzz", "kzzzzzzzzzzzz", "3ke6kg3wlch2", "3ke6kg3wlch221", "3KE6KG3WLCH22", "3ke6kg3wlch2!",
 }
 
 // The fast validators must agree with indigo's syntax package exactly.
@@ -38,6 +39,11 @@ func checkIdentifiers(t *testing.T, s string) {
 	_, refErr = syntax.ParseCID(s)
 	if (fastErr == nil) != (refErr == nil) {
 		t.Errorf("cid %q: fast err %v, syntax err %v", s, fastErr, refErr)
+	}
+	_, fastErr = parseTID(s)
+	_, refErr = syntax.ParseTID(s)
+	if (fastErr == nil) != (refErr == nil) {
+		t.Errorf("tid %q: fast err %v, syntax err %v", s, fastErr, refErr)
 	}
 	var cache nsidCache
 	for range 2 { // miss, then hit
