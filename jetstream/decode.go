@@ -204,7 +204,7 @@ func (d *Decoder) decode(frame []byte) (Event, *DropError) {
 	case "":
 		return skipped(&w), dropf(ReasonMissingField, "kind missing")
 	default:
-		return skipped(&w), dropf(ReasonBadKind, "unknown kind %q", w.Kind)
+		return skipped(&w), dropf(ReasonBadKind, "unknown kind %q", clip(w.Kind, maxQuoted))
 	}
 	return ev, nil
 }
@@ -231,7 +231,7 @@ func (d *Decoder) decodeCommit(w *wireCommit) (*Commit, *DropError) {
 	case "":
 		return nil, dropf(ReasonMissingField, "commit.operation missing")
 	default:
-		return nil, dropf(ReasonBadOperation, "unknown operation %q", w.Operation)
+		return nil, dropf(ReasonBadOperation, "unknown operation %q", clip(w.Operation, maxQuoted))
 	}
 	if w.Rev == "" {
 		return nil, dropf(ReasonMissingField, "commit.rev missing")
@@ -278,7 +278,7 @@ func (d *Decoder) decodeCommit(w *wireCommit) (*Commit, *DropError) {
 		return nil, derr
 	}
 	if head.Type.s != w.Collection {
-		return nil, dropf(ReasonTypeMismatch, "record $type %q in collection %q", head.Type.s, w.Collection)
+		return nil, dropf(ReasonTypeMismatch, "record $type %q in collection %q", clip(head.Type.s, maxQuoted), clip(w.Collection, maxQuoted))
 	}
 	if _, ok := d.follows[c.Collection]; ok {
 		if !head.Subject.ok {

@@ -49,6 +49,9 @@ func FuzzDecode(f *testing.F) {
 			if !slices.Contains(dropReasons, derr.Reason) {
 				t.Fatalf("unknown reason %q", derr.Reason)
 			}
+			if len(derr.Error()) > 400 {
+				t.Fatalf("drop error of %d bytes", len(derr.Error()))
+			}
 			if ev.Kind != KindSkipped || ev.Commit != nil || ev.Identity != nil || ev.Account != nil {
 				t.Fatalf("dropped frame gave a payload: %+v", ev)
 			}

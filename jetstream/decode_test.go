@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -319,6 +320,32 @@ func TestDecodeFuturePositionIsDropped(t *testing.T) {
 	}
 	if ev, err := dec.Decode([]byte(strings.Replace(postFrame, `"kind"`, `"cursor":999999999999999,"kind"`, 1))); err != nil || ev.Seq != 999999999999999 {
 		t.Fatalf("largest sequence number: %+v, %v", ev, err)
+	}
+}
+
+// A drop's error is logged, so it stays short however long the string from
+// the frame that it names.
+func TestDropErrorsAreShort(t *testing.T) {
+	huge := strings.Repeat("é", 512<<10) // 1 MiB
+	digits := strings.Repeat("9", 1<<20)
+	tests := []struct{ name, frame, reason string }{
+		{"kind", `{"did":"did:plc:a","time_us":9,"kind":"` + huge + `"}`, ReasonBadKind},
+		{"operation", commitFrame(strings.Replace(postCommit(`{}`), `"create"`, `"`+huge+`"`, 1)), ReasonBadOperation},
+		{"record $type", commitFrame(postCommit(`{"$type":"` + huge + `"}`)), ReasonTypeMismatch},
+		{"number literal", `{"did":"did:plc:a","time_us":9,"cursor":` + digits + `,"kind":"account","account":{}}`, ReasonBadJSON},
+	}
+	dec := NewDecoder(DecoderConfig{MaxRecordBytes: 2 << 20, Now: func() time.Time { return testNow }})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := dec.Decode([]byte(tt.frame))
+			var derr *DropError
+			if !errors.As(err, &derr) || derr.Reason != tt.reason {
+				t.Fatalf("err = %.200v, want a drop for %s", err, tt.reason)
+			}
+			if msg := derr.Error(); len(msg) > 400 || !utf8.ValidString(msg) {
+				t.Fatalf("error is %d bytes: %.200s", len(msg), msg)
+			}
+		})
 	}
 }
 

@@ -1,6 +1,17 @@
 package jetstream
 
-import "fmt"
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// A drop's error is logged, and a frame can be a megabyte: the strings from
+// it that an error names are clipped to maxQuoted bytes, and an error from
+// elsewhere (encoding/json quotes a number literal whole) to maxDetail.
+const (
+	maxQuoted = 64
+	maxDetail = 256
+)
 
 // Drop reasons. They are a small closed set because they are used as the
 // "reason" label of the dropped-events metric.
@@ -55,9 +66,37 @@ func (e *DropError) Error() string {
 func (e *DropError) Unwrap() error { return e.Err }
 
 func drop(reason string, err error) *DropError {
+	if err == nil {
+		return &DropError{Reason: reason}
+	}
+	if msg := err.Error(); len(msg) > maxDetail {
+		err = &clippedError{msg: clip(msg, maxDetail), err: err}
+	}
 	return &DropError{Reason: reason, Err: err}
 }
 
 func dropf(reason, format string, args ...any) *DropError {
 	return &DropError{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// clippedError shortens the message of err and still unwraps to it.
+type clippedError struct {
+	msg string
+	err error
+}
+
+func (e *clippedError) Error() string { return e.msg }
+
+func (e *clippedError) Unwrap() error { return e.err }
+
+// clip returns s cut to at most n bytes, at a rune boundary, marked with
+// "…" when cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
