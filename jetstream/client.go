@@ -36,7 +36,9 @@ type Config struct {
 	// regardless.
 	WantedCollections []string
 	// Rewind is subtracted from a time_us cursor on reconnect, because
-	// time_us is not unique and hosts differ slightly; default 5s.
+	// time_us is not unique, is not sent in order across DIDs, and hosts
+	// differ slightly; default 5s. A same-host reconnect may rewind less
+	// (see resumeFrom).
 	Rewind time.Duration
 	// Compression offers permessage-deflate, which v2 servers accept.
 	Compression bool
@@ -95,31 +97,45 @@ type Client struct {
 	// (see resumeFrom).
 	mu        sync.Mutex
 	delivered Position
+	// lastSpan is the stream time between the oldest and the newest event
+	// the last session delivered; only Run's goroutine uses it.
+	lastSpan time.Duration
 }
 
-// resumeFrom picks where a (re)connect to host starts. The committed
-// position, rewound, is what survives a crash, and what a first connect
-// or a new host uses. Within one process the events handed over are
-// committed by the caller unless it dies, and a session delivers in
-// stream order, so a reconnect to the same host continues at the newest
-// event handed over (a millisecond back), not the full rewind, even while still inside
-// a replay: rewinding every time would replay seconds of stream per
-// reconnect, and a connection that drops more often than that would never
-// get past its own replay.
+// resumeFrom picks where a (re)connect to host starts, and how far to
+// rewind it. The committed position, rewound by Config.Rewind, is what
+// survives a crash, and what a first connect or a new host uses.
+//
+// Within one process the events handed over are committed by the caller
+// unless it dies, so a reconnect to the same host starts from the newest
+// of them instead. Its rewind is a trade. Across DIDs Jetstream need not
+// send events in time_us order, so an event stamped a little before the
+// newest one handed over may not have been sent yet: the rewind must
+// cover that. But a connection that drops before it gets past its own
+// replay makes no progress at all, so the rewind must stay shorter than
+// what a session carries. It is the full Rewind, but at most half the
+// stream time the last session delivered (and at least 1 ms, as the
+// operations of a commit share its time_us): a long session that drops
+// replays the full window, and a connection that drops every few hundred
+// frames still nets half of each session.
 func (c *Client) resumeFrom(host string, committed Position) (Position, time.Duration) {
 	c.mu.Lock()
 	last := c.delivered
 	c.mu.Unlock()
 	if last.Host == host && last.TimeUS > 0 {
-		// 1 ms back: the other operations of a commit share its time_us.
-		return last, time.Millisecond
+		return last, min(c.cfg.Rewind, max(c.lastSpan/2, time.Millisecond))
 	}
 	return committed, c.cfg.Rewind
 }
 
+// handedOver records ev as delivered. The newest time_us handed over is
+// kept: a session's replay hands over older events again, and must not
+// move the position back.
 func (c *Client) handedOver(ev *Event) {
 	c.mu.Lock()
-	c.delivered = Position{TimeUS: ev.TimeUS, Seq: ev.Seq, Host: ev.Host}
+	if ev.Host != c.delivered.Host || ev.TimeUS >= c.delivered.TimeUS {
+		c.delivered = Position{TimeUS: ev.TimeUS, Seq: ev.Seq, Host: ev.Host}
+	}
 	c.mu.Unlock()
 }
 
@@ -217,6 +233,7 @@ func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Eve
 		url := c.cfg.URLs[host]
 		pos, rewind := c.resumeFrom(url, resume())
 		res, err := c.session(ctx, url, pos, rewind, out)
+		c.lastSpan = time.Duration(res.maxUS-res.minUS) * time.Microsecond
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -117,10 +118,11 @@ func TestClientCursorOnReconnect(t *testing.T) {
 	}
 }
 
-// Once events were handed over, a reconnect to the same host continues at
-// the newest one, without the rewind, even if the committed position is
-// behind it: a connection that drops more often than the rewind window
-// must still make progress through a replay.
+// Once events were handed over, a reconnect to the same host continues
+// from the newest one, even if the committed position is behind it, and
+// rewinds no more than half of what the last session carried: a
+// connection that drops more often than the rewind window must still make
+// progress through a replay.
 func TestClientReconnectContinuesWhereItStopped(t *testing.T) {
 	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
 		if n < 2 {
@@ -140,6 +142,7 @@ func TestClientReconnectContinuesWhereItStopped(t *testing.T) {
 		t.Errorf("first dial cursor = %s, want the committed position rewound %s", got, want)
 	}
 	for i, q := range dials[1:] {
+		// The last session carried one event, no stream time: 1 ms back.
 		if got := q.Get("cursor"); got != "1795975616990124" {
 			t.Errorf("reconnect %d cursor = %s, want the delivered event's time_us less 1 ms", i+1, got)
 		}
@@ -149,6 +152,92 @@ func TestClientReconnectContinuesWhereItStopped(t *testing.T) {
 	waitFor(t, "a fourth dial", func() bool { return len(srv.dials()) == 4 })
 	if got, want := srv.dials()[3].Get("cursor"), strconv.FormatInt(committed-5_000_000, 10); got != want {
 		t.Errorf("dial after Restart cursor = %s, want the committed position rewound %s", got, want)
+	}
+}
+
+// replayLog is an event log: deletes 1 ms apart from baseUS.
+type replayLog struct {
+	times  []int64
+	frames []string
+}
+
+func newReplayLog(baseUS int64, n int) *replayLog {
+	l := &replayLog{}
+	for i := range n {
+		us := baseUS + int64(i)*1000
+		l.times = append(l.times, us)
+		l.frames = append(l.frames, strings.Replace(deleteFrame, "1795975958545820", strconv.FormatInt(us, 10), 1))
+	}
+	return l
+}
+
+// serve runs a fake Jetstream on l. Connection n sends the events after
+// its cursor (all of them without one), skipping those that skip(n, us)
+// says are not sent yet, and drops after the frame that last(n, us) picks;
+// it holds the connection open once the log is sent.
+func (l *replayLog) serve(t *testing.T, skip, last func(n int, us int64) bool) *fakeServer {
+	var srv *fakeServer
+	srv = newFakeServer(t, func(n int, conn *websocket.Conn) {
+		cursor, _ := strconv.ParseInt(srv.dials()[n].Get("cursor"), 10, 64)
+		for i, us := range l.times {
+			if us <= cursor || skip(n, us) {
+				continue
+			}
+			if !send(conn, l.frames[i]) || last(n, us) {
+				return
+			}
+		}
+		holdOpen(conn)
+	})
+	return srv
+}
+
+// Across DIDs, Jetstream need not send events in time_us order: an event
+// stamped before the last one delivered can still be on its way when the
+// connection drops. After a session that ran a while, the same-host
+// reconnect rewinds the full Rewind to get it.
+func TestClientReconnectReplaysEventsSentOutOfOrder(t *testing.T) {
+	const base int64 = 1795975610000000
+	l := newReplayLog(base, 6001) // 6 s of stream
+	lastUS := l.times[len(l.times)-1]
+	late := base + 5_000_000 // sent ahead of an event stamped 2 s earlier
+	early := base + 3_000_000
+	srv := l.serve(t,
+		func(n int, us int64) bool { return n == 0 && us == early },
+		func(n int, us int64) bool { return n == 0 && us == late })
+	h := startClient(t, Config{URLs: []string{srv.url}, Rewind: 5 * time.Second}, fixed(Position{}), 100)
+	seen := false
+	for ev := h.next(t); ev.TimeUS != lastUS; ev = h.next(t) {
+		if ev.TimeUS == early {
+			seen = true
+		}
+	}
+	if !seen {
+		t.Fatalf("reconnect cursor %s: the event stamped before the drop but sent after it was skipped",
+			srv.dials()[1].Get("cursor"))
+	}
+}
+
+// A connection that drops more often than the rewind window fills must
+// still get through: the same-host rewind is at most half the stream the
+// last session carried, so every session gets past its replay.
+func TestClientReconnectGetsPastItsReplay(t *testing.T) {
+	l := newReplayLog(1795975610000000, 2000)
+	lastUS := l.times[len(l.times)-1]
+	var mu sync.Mutex
+	sent := map[int]int{}
+	srv := l.serve(t, func(int, int64) bool { return false }, func(n int, _ int64) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		sent[n]++
+		return sent[n] == 50
+	})
+	h := startClient(t, Config{URLs: []string{srv.url}, Rewind: 5 * time.Second}, fixed(Position{}), 100)
+	for ev := h.next(t); ev.TimeUS != lastUS; ev = h.next(t) {
+		if n := len(srv.dials()); n > 200 {
+			t.Fatalf("%d dials and the newest event delivered is %d ms into the log of 2000: replay livelock",
+				n, (ev.TimeUS-l.times[0])/1000)
+		}
 	}
 }
 

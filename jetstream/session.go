@@ -46,6 +46,8 @@ type sessionResult struct {
 	// session that delivered only replays moved nothing on, and must not
 	// count as a working host.
 	progressed bool
+	// minUS and maxUS are the oldest and newest time_us delivered.
+	minUS, maxUS int64
 }
 
 // session runs one connection to host, resuming from pos less rewind, and
@@ -162,6 +164,10 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 			if ev.TimeUS > pos.TimeUS || (bySeq && ev.Seq > pos.Seq) {
 				res.progressed = true
 			}
+			if res.delivered == 1 || ev.TimeUS < res.minUS {
+				res.minUS = ev.TimeUS
+			}
+			res.maxUS = max(res.maxUS, ev.TimeUS)
 			report.Delivered = res.delivered
 			report.EndTimeUS = max(report.EndTimeUS, ev.TimeUS)
 			c.handedOver(&ev)
