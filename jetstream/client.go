@@ -97,6 +97,9 @@ type Client struct {
 	// (see resumeFrom).
 	mu        sync.Mutex
 	delivered Position
+	// gen counts Restarts; a session records what it hands over only
+	// while the generation it started in is current.
+	gen uint64
 	// lastSpan is the stream time between the oldest and the newest event
 	// the last session delivered; only Run's goroutine uses it.
 	lastSpan time.Duration
@@ -131,21 +134,37 @@ func (c *Client) resumeFrom(host string, committed Position) (Position, time.Dur
 // handedOver records ev as delivered. The newest time_us handed over is
 // kept: a session's replay hands over older events again, and must not
 // move the position back.
-func (c *Client) handedOver(ev *Event) {
+// gen is the generation of the session that delivered ev: an older one
+// was running when Restart forgot the position, and its events (already on
+// their way) would write the old position back.
+func (c *Client) handedOver(ev *Event, gen uint64) {
 	c.mu.Lock()
+	if gen != c.gen {
+		c.mu.Unlock()
+		return
+	}
 	if ev.Host != c.delivered.Host || ev.TimeUS >= c.delivered.TimeUS {
 		c.delivered = Position{TimeUS: ev.TimeUS, Seq: ev.Seq, Host: ev.Host}
 	}
 	c.mu.Unlock()
 }
 
+// generation returns the current Restart generation.
+func (c *Client) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
 // Restart ends the current session; the client reconnects at once from
 // resume()'s position. It returns the id the next session's events will
 // carry: the caller drops events of older sessions still queued.
 func (c *Client) Restart() uint64 {
-	// The caller's position moved (a reset): forget what was handed over.
+	// The caller's position moved (a reset): forget what was handed over,
+	// and what the running session still hands over.
 	c.mu.Lock()
 	c.delivered = Position{}
+	c.gen++
 	c.mu.Unlock()
 	next := c.sessionID.Load() + 1
 	select {
@@ -231,8 +250,11 @@ func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Eve
 			c.m.reconnect()
 		}
 		url := c.cfg.URLs[host]
+		// Read before the resume position: a Restart in between then
+		// makes the session's events the old generation's.
+		gen := c.generation()
 		pos, rewind := c.resumeFrom(url, resume())
-		res, err := c.session(ctx, url, pos, rewind, out)
+		res, err := c.session(ctx, url, pos, rewind, gen, out)
 		c.lastSpan = time.Duration(res.maxUS-res.minUS) * time.Microsecond
 		if ctx.Err() != nil {
 			return nil

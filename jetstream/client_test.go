@@ -241,6 +241,25 @@ func TestClientReconnectGetsPastItsReplay(t *testing.T) {
 	}
 }
 
+// An event the running session hands over after Restart (it was already
+// on its way) must not write the old position back: the next connect to
+// the same host would resume there and undo the operator's reset.
+func TestClientRestartIgnoresTheOldSession(t *testing.T) {
+	c := NewClient(Config{URLs: []string{"ws://h/subscribe"}}, testDecoder(), nil, nil)
+	gen := c.generation()
+	c.handedOver(&Event{TimeUS: 1795975616991124, Host: "ws://h/subscribe"}, gen)
+	c.Restart()
+	c.handedOver(&Event{TimeUS: 1795975616991125, Host: "ws://h/subscribe"}, gen)
+	committed := Position{TimeUS: 1795975000000000}
+	if pos, rewind := c.resumeFrom("ws://h/subscribe", committed); pos != committed || rewind != c.cfg.Rewind {
+		t.Fatalf("after Restart, resume from %+v less %v; want the committed %+v less the full rewind", pos, rewind, committed)
+	}
+	c.handedOver(&Event{TimeUS: 1795975000000001, Host: "ws://h/subscribe"}, c.generation())
+	if pos, _ := c.resumeFrom("ws://h/subscribe", committed); pos.TimeUS != 1795975000000001 {
+		t.Fatalf("the new session's event was not recorded: %+v", pos)
+	}
+}
+
 func TestCursorFor(t *testing.T) {
 	const host, other = "wss://a/subscribe", "wss://b/subscribe"
 	tests := []struct {

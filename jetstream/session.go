@@ -51,9 +51,10 @@ type sessionResult struct {
 }
 
 // session runs one connection to host, resuming from pos less rewind, and
-// returns what it delivered on out. It returns when the connection fails
+// returns what it delivered on out; gen is the Restart generation pos was
+// read in. It returns when the connection fails
 // or ctx ends.
-func (c *Client) session(ctx context.Context, host string, pos Position, rewind time.Duration, out chan<- Event) (sessionResult, error) {
+func (c *Client) session(ctx context.Context, host string, pos Position, rewind time.Duration, gen uint64, out chan<- Event) (sessionResult, error) {
 	var res sessionResult
 	cursor := cursorFor(host, pos, rewind)
 	target, err := subscribeURL(host, c.cfg.WantedCollections, cursor)
@@ -170,7 +171,7 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 			res.maxUS = max(res.maxUS, ev.TimeUS)
 			report.Delivered = res.delivered
 			report.EndTimeUS = max(report.EndTimeUS, ev.TimeUS)
-			c.handedOver(&ev)
+			c.handedOver(&ev, gen)
 		case <-ctx.Done():
 			return res, nil
 		case <-restarted:
