@@ -2,6 +2,7 @@ package backfill
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -344,5 +345,34 @@ func TestARunThatFallsBehindFinishesTheListing(t *testing.T) {
 	}
 	if !st.Complete || len(stored) != 250 {
 		t.Errorf("when the run that fell behind returned: listing %+v, %d follows stored; want it complete with 250", st, len(stored))
+	}
+}
+
+// A viewer follows an account on the live stream and the in-memory queue
+// never runs the account's backfill (it was full, or the daemon stopped
+// first): the follow's transaction marked the account's listing due, so
+// the retry loop fetches it and merges it into the viewer's feed.
+func TestLiveFollowsBacklogSurvivesALostQueue(t *testing.T) {
+	w := newWorld(t, Config{})
+	viewer := w.account("viewer")
+	acct := w.account("acct")
+	w.post(acct, 10)
+	ctx := context.Background()
+	w.svc.Ensure(ctx, viewer, "following", "test") // no follows yet: an empty feed
+	follow := feeds.Change{
+		DID: viewer, Collection: followNSID, RKey: tid(1), Op: feeds.OpCreate, Rev: tid(1).String(),
+		CID: "bafyfollow", Subject: acct, TimeUS: 1,
+		Record: json.RawMessage(fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q}`, acct)),
+	}
+	res, err := w.store.ApplyBatch(ctx, &feeds.Batch{Changes: []feeds.Change{follow}, Cursor: feeds.StreamCursor{TimeUS: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.NewFollows) != 1 {
+		t.Fatalf("new follows %+v, want the one edge (dropped here, never queued)", res.NewFollows)
+	}
+	w.svc.retryDue(ctx)
+	if got := w.page(t, viewer, 10); len(got) != 1 {
+		t.Fatalf("feed after the retry loop = %v, want the followed account's post", got)
 	}
 }

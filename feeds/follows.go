@@ -84,6 +84,9 @@ func (w *txWriter) applyFollow(c *Change, collID int64) error {
 		}
 		if !w.s.indexAll && actorID != subjectID {
 			w.res.NewFollows = append(w.res.NewFollows, FollowEdge{Viewer: c.DID, Subject: c.Subject, Collection: c.Collection})
+			if err := w.wantListings(subjectID, collID); err != nil {
+				return err
+			}
 		}
 	default:
 		if _, err := w.exec(st.updateFollow, actorID, collID, string(c.RKey), subjectID, c.Rev); err != nil {
@@ -95,6 +98,11 @@ func (w *txWriter) applyFollow(c *Change, collID int64) error {
 			}
 			if err := w.followed(actorID, collID, subjectID); err != nil {
 				return err
+			}
+			if !w.s.indexAll && actorID != subjectID {
+				if err := w.wantListings(subjectID, collID); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -154,6 +162,23 @@ func (w *txWriter) unfollowed(viewerID, followCollID, subjectID int64) error {
 	}
 	if !w.s.indexAll {
 		return w.leaveScopeIfUnfollowed(subjectID)
+	}
+	return nil
+}
+
+// wantListings makes the backlog of an account a viewer started following
+// durable work, in the follow's transaction: its target listings that are
+// not complete are marked due, so the backfill's retry loop fetches them
+// and merges the account into its followers' feeds (DueListings,
+// MergeAuthor). The backfill also hears of the follow at once
+// (BatchResult.NewFollows), but from a queue in memory: one that was full,
+// or a process that stopped first, would otherwise lose the edge, and the
+// viewer's feed would never get the account's backlog.
+func (w *txWriter) wantListings(subjectID, followCollID int64) error {
+	for _, l := range w.s.lanesByFollow[followCollID] {
+		if _, err := w.exec(w.s.stmts.wantListing, subjectID, l.collectionID); err != nil {
+			return fmt.Errorf("mark listing due: %w", err)
+		}
 	}
 	return nil
 }

@@ -361,9 +361,9 @@ type ListingKey struct {
 	Collection syntax.NSID
 }
 
-// DueListings returns up to limit target listings that failed and are due
-// for another attempt: not complete, not gone, under maxAttempts, their
-// retry time passed. A viewer's own follow listing is retried by its next
+// DueListings returns up to limit target listings due for an attempt:
+// failed before, or wanted by a live follow (wantListings), not complete,
+// not gone, under maxAttempts, their retry time passed. A viewer's own follow listing is retried by its next
 // read instead. Only listings someone still needs are due: of a collection
 // an enabled feed targets and, outside index_all mode, of an account a
 // viewer follows (one that left the scope is listed again by its next
@@ -378,8 +378,8 @@ func (s *Store) DueListings(ctx context.Context, now time.Time, maxAttempts, lim
 		SELECT a.did, c.nsid FROM listings l
 		JOIN actors a ON a.id = l.actor_id
 		JOIN collections c ON c.id = l.collection_id
-		WHERE l.complete = 0 AND l.gone = 0 AND l.attempts > 0 AND l.attempts < ?
-		AND l.next_retry_us <= ?
+		WHERE l.complete = 0 AND l.gone = 0 AND l.attempts < ?
+		AND l.next_retry_us > 0 AND l.next_retry_us <= ?
 		AND l.collection_id IN (SELECT collection_id FROM feed_targets WHERE enabled = 1)
 		AND l.collection_id NOT IN (SELECT follow_collection_id FROM feed_targets)
 		`+inScope+`

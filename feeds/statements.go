@@ -18,7 +18,7 @@ var writeSQL = struct {
 	tombstoneByKey, upsertTombstone, deleteTombstone      string
 	merge, unmerge, unfeedRecord, unfeedAuthor            string
 	viewerOfFollows, viewerOfFeed, followedByAnyone       string
-	actorActive, listingByKey                             string
+	actorActive, listingByKey, wantListing                string
 	insertField, deleteFields                             string
 }{
 	// insertField stores one extracted field value (fields_store.go); an
@@ -27,7 +27,13 @@ var writeSQL = struct {
 	deleteFields: `DELETE FROM record_fields WHERE record_id = ?`,
 
 	listingByKey: `SELECT round, page FROM listings WHERE actor_id = ? AND collection_id = ?`,
-	actorActive:  `SELECT active FROM actors WHERE id = ?`,
+	// wantListing marks an account's target listing due at once (next
+	// retry 1 µs after the epoch) unless it is complete, gone or already
+	// scheduled: see wantListings.
+	wantListing: `INSERT INTO listings (actor_id, collection_id, next_retry_us) VALUES (?, ?, 1)
+		ON CONFLICT (actor_id, collection_id) DO UPDATE SET next_retry_us = 1
+		WHERE complete = 0 AND gone = 0 AND next_retry_us = 0`,
+	actorActive: `SELECT active FROM actors WHERE id = ?`,
 	// viewerOfFollows: is the actor a registered viewer of any feed built
 	// from this follow collection? Decides whether its follows are stored.
 	viewerOfFollows: `SELECT 1 FROM viewers v JOIN feed_targets t ON t.feed = v.feed
@@ -111,7 +117,7 @@ type statements struct {
 	tombstoneByKey, upsertTombstone, deleteTombstone      *sql.Stmt
 	merge, unmerge, unfeedRecord, unfeedAuthor            *sql.Stmt
 	viewerOfFollows, viewerOfFeed, followedByAnyone       *sql.Stmt
-	actorActive, listingByKey                             *sql.Stmt
+	actorActive, listingByKey, wantListing                *sql.Stmt
 	insertField, deleteFields                             *sql.Stmt
 	fan                                                   *fanoutStatements // fanout.go
 }
@@ -134,7 +140,7 @@ func prepareStatements(ctx context.Context, db *sql.DB, audienceImplied bool) (*
 		{&st.merge, writeSQL.merge},
 		{&st.viewerOfFollows, writeSQL.viewerOfFollows}, {&st.viewerOfFeed, writeSQL.viewerOfFeed},
 		{&st.followedByAnyone, writeSQL.followedByAnyone}, {&st.actorActive, writeSQL.actorActive},
-		{&st.listingByKey, writeSQL.listingByKey},
+		{&st.listingByKey, writeSQL.listingByKey}, {&st.wantListing, writeSQL.wantListing},
 		{&st.unmerge, writeSQL.unmerge}, {&st.unfeedRecord, writeSQL.unfeedRecord},
 		{&st.unfeedAuthor, writeSQL.unfeedAuthor},
 		{&st.insertField, writeSQL.insertField}, {&st.deleteFields, writeSQL.deleteFields},
