@@ -324,10 +324,17 @@ type SyncRun struct {
 	StartCursor, EndCursor int64
 }
 
-// RecordSyncRun stores a sync run for operators.
+// SyncRunsKept is how many of the newest sync runs a store keeps: the history
+// operators read (status, audit) is recent, and one row per listing run
+// and per stream session would otherwise grow without end (a connection
+// that keeps dropping adds thousands a day).
+const SyncRunsKept = 10_000
+
+// RecordSyncRun stores a sync run for operators, and drops the runs older
+// than the newest SyncRunsKept (s.syncRunsKept).
 func (s *Store) RecordSyncRun(ctx context.Context, r SyncRun) error {
 	return s.write(ctx, func(w *txWriter) error {
-		_, err := w.tx.ExecContext(ctx, `
+		res, err := w.tx.ExecContext(ctx, `
 			INSERT INTO sync_runs (kind, subject, collection, pages, written, skipped, outcome, error, started_us, duration_us,
 				start_cursor, end_cursor)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
@@ -335,6 +342,15 @@ func (s *Store) RecordSyncRun(ctx context.Context, r SyncRun) error {
 			truncate(r.Error, 512), r.Started.UnixMicro(), r.Duration.Microseconds(), r.StartCursor, r.EndCursor)
 		if err != nil {
 			return fmt.Errorf("record sync run: %w", err)
+		}
+		// Ids grow with every insert, so the rows past the bound are a
+		// range at the start of the table: usually one row goes per run.
+		id, err := res.LastInsertId()
+		if err != nil {
+			return fmt.Errorf("record sync run: %w", err)
+		}
+		if _, err := w.tx.ExecContext(ctx, `DELETE FROM sync_runs WHERE id <= ?`, id-int64(s.syncRunsKept)); err != nil {
+			return fmt.Errorf("drop old sync runs: %w", err)
 		}
 		return nil
 	})

@@ -28,6 +28,30 @@ func TestRecentSyncRuns(t *testing.T) {
 	}
 }
 
+// The store keeps only the newest runs: one row per listing run and per
+// stream session must not grow the table without end.
+func TestSyncRunsAreBounded(t *testing.T) {
+	s := MustOpen(t, defaultFeeds)
+	s.syncRunsKept = 5
+	ctx := context.Background()
+	for i := range 12 {
+		run := SyncRun{Kind: "jetstream", Subject: fmt.Sprint("host", i), Outcome: "error", Started: time.Unix(int64(i), 0)}
+		if err := s.RecordSyncRun(ctx, run); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(t, s, `SELECT count(*) FROM sync_runs`); n != 5 {
+		t.Errorf("%d sync runs kept, want 5", n)
+	}
+	runs, err := s.RecentSyncRuns(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 5 || runs[0].Subject != "host11" || runs[4].Subject != "host7" {
+		t.Errorf("runs kept = %+v, want host11 to host7", runs)
+	}
+}
+
 var twoFeeds = []Feed{
 	{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
 		Targets: []Target{{Collection: postNSID, Cap: 200}, {Collection: "app.bsky.feed.repost", Cap: 200}}},

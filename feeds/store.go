@@ -84,7 +84,9 @@ type Store struct {
 	// afterCommit, set by tests, runs between a write transaction's
 	// commit and the record cache's forgetting what it changed.
 	afterCommit func()
-	path        string // of the database file; its WAL is path + "-wal"
+	// syncRunsKept bounds sync_runs (SyncRunsKept; tests lower it).
+	syncRunsKept int
+	path         string // of the database file; its WAL is path + "-wal"
 	// walPages is the writer's wal_autocheckpoint (wal.go).
 	walPages int
 	log      *slog.Logger
@@ -234,6 +236,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		walPages:      opts.WALPages,
 		writer:        writer,
 		log:           opts.Logger.With("component", "feeds"),
+		syncRunsKept:  SyncRunsKept,
 		metrics:       opts.Metrics,
 		laneByKey:     map[laneKey]*lane{},
 		followColls:   map[syntax.NSID]int64{},
