@@ -24,7 +24,12 @@ type ingester struct {
 	// catchupSize is how far a batch may grow past batchSize while the
 	// queue still holds events: a backlog is applied in large commits, a
 	// live stream in small, prompt ones.
-	catchupSize   int
+	catchupSize int
+	// flushBudget, when set, paces catch-up batches: each grows only to
+	// what the last one showed can be applied (and its sweep tick run)
+	// in that long (pace). catchupLimit is that size, 0 before the first.
+	flushBudget   time.Duration
+	catchupLimit  int
 	batchInterval time.Duration
 	log           *slog.Logger
 	// afterCommit, when set, is told about every committed batch (the
@@ -67,11 +72,13 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 	// due recovery pass or queued grown feeds are served on a quiet stream.
 	idle := time.NewTimer(in.sweepIdle)
 	defer idle.Stop()
+	batchBytes := 0 // of the records the batch holds
 	flush := func(ctx context.Context) error {
 		timer.Stop()
 		if !pending {
 			return nil
 		}
+		start := time.Now()
 		res, err := in.store.ApplyBatch(ctx, batch)
 		if err != nil {
 			return fmt.Errorf("ingest batch: %w", err)
@@ -93,7 +100,9 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 		if _, err := in.tick(ctx, res.MutatedFeeds(), scale, res.FanoutRows+res.MergedRows); err != nil {
 			return err
 		}
+		in.pace(len(batch.Changes), time.Since(start))
 		idle.Reset(in.sweepIdle)
+		batchBytes = 0
 		batch.Changes = batch.Changes[:0]
 		batch.Accounts = batch.Accounts[:0]
 		batch.Identities = batch.Identities[:0]
@@ -110,6 +119,9 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			pending = true
 		}
 		addEvent(batch, ev)
+		if ev.Commit != nil {
+			batchBytes += len(ev.Commit.Record)
+		}
 		if ev.Kind == jetstream.KindIdentity && in.identityChanged != nil {
 			in.identityChanged(ev.DID)
 		}
@@ -130,7 +142,7 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			return flush(writeCtx)
 		case ev := <-events:
 			add(&ev)
-			if in.full(len(batch.Changes), len(events)) {
+			if in.full(len(batch.Changes), len(events), batchBytes) {
 				if err := flush(writeCtx); err != nil {
 					return err
 				}
@@ -153,14 +165,51 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 	}
 }
 
-// full says whether a batch of n changes is to be flushed now, with queued
-// events waiting in the consumer's queue: at batchSize, unless events are
-// queued behind it (catching up), in which case it grows to catchupSize.
-func (in *ingester) full(n, queued int) bool {
+// catchupFlushBudget is how long the daemon lets one catch-up batch's
+// flush block the consumer's read loop (pace): well under the 5 s in which
+// Jetstream wants its pings answered.
+const catchupFlushBudget = 2 * time.Second
+
+// maxBatchBytes bounds the record bytes one batch holds, whatever its
+// count: records may be up to 64 KiB each, and a catch-up batch of 30,000
+// such would hold about 2 GiB.
+const maxBatchBytes = 32 << 20
+
+// full says whether a batch of n changes holding bytes of records is to be
+// flushed now, with queued events waiting in the consumer's queue: at
+// batchSize, unless events are queued behind it (catching up), in which
+// case it grows to catchupSize, or less as paced (pace); and at
+// maxBatchBytes whatever the count.
+func (in *ingester) full(n, queued, bytes int) bool {
+	if bytes >= maxBatchBytes {
+		return true
+	}
 	if n < in.batchSize {
 		return false
 	}
-	return queued == 0 || n >= max(in.catchupSize, in.batchSize)
+	limit := in.catchupSize
+	if in.catchupLimit > 0 {
+		limit = min(limit, in.catchupLimit)
+	}
+	return queued == 0 || n >= max(limit, in.batchSize)
+}
+
+// pace sizes the next catch-up batch from the last flush: n changes
+// applied, and their sweep tick run, in took. While a batch is applied the
+// consumer's read loop waits on the full queue, and a websocket's pings
+// are answered only while it reads; Jetstream drops a client that leaves a
+// ping unanswered for 5 s. So a
+// catch-up batch grows only to what flushBudget allows at the rate just
+// measured, at most twice the last one, and never below batchSize: where
+// each event fans out to many viewers, the configured catch-up size alone
+// would block the read loop for tens of seconds.
+func (in *ingester) pace(n int, took time.Duration) {
+	if in.flushBudget <= 0 || took <= 0 || n < in.batchSize {
+		return
+	}
+	fit := float64(n) * float64(in.flushBudget) / float64(took)
+	limit := int(min(fit, float64(2*n), float64(max(in.catchupSize, in.batchSize))))
+	in.catchupLimit = max(limit, in.batchSize)
 }
 
 // addEvent moves the batch cursor to the event and adds what it says: a

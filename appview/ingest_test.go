@@ -27,13 +27,59 @@ func TestBatchGrowsOnlyWhileEventsAreQueued(t *testing.T) {
 		{999, 5000, false},
 		{1000, 5000, true}, // catch-up bound
 	} {
-		if got := in.full(tc.n, tc.queued); got != tc.want {
+		if got := in.full(tc.n, tc.queued, 0); got != tc.want {
 			t.Errorf("full(%d, queued %d) = %v, want %v", tc.n, tc.queued, got, tc.want)
 		}
 	}
 	off := &ingester{batchSize: 100, catchupSize: 0}
-	if !off.full(100, 5000) {
+	if !off.full(100, 5000, 0) {
 		t.Error("catchup_batch_size 0 must leave batches at batch_size")
+	}
+}
+
+// A batch holding maxBatchBytes of records is flushed whatever its count.
+func TestBatchIsBoundedInBytes(t *testing.T) {
+	in := &ingester{batchSize: 100, catchupSize: 1000}
+	if in.full(10, 5000, maxBatchBytes-1) {
+		t.Error("flushed below the byte bound and batch_size")
+	}
+	if !in.full(10, 5000, maxBatchBytes) {
+		t.Error("a batch at the byte bound was not flushed")
+	}
+}
+
+// Catch-up batches are paced to the flush budget: a flush that took twice
+// the budget halves the next batch, a quick one lets it grow (no more than
+// double, no more than catchup_batch_size), and none goes below
+// batch_size.
+func TestCatchupBatchesArePacedToTheFlushBudget(t *testing.T) {
+	in := &ingester{batchSize: 100, catchupSize: 30_000, flushBudget: 2 * time.Second}
+	if !in.full(30_000, 5000, 0) || in.full(29_999, 5000, 0) {
+		t.Fatal("before any flush a catch-up batch grows to catchup_batch_size")
+	}
+	for _, tc := range []struct {
+		n    int
+		took time.Duration
+		want int
+	}{
+		{30_000, 4 * time.Second, 15_000}, // twice the budget: half the size
+		{15_000, 30 * time.Second, 1_000}, // a slow database: far smaller
+		{1_000, 100 * time.Second, 100},   // never below batch_size
+		{100, time.Millisecond, 200},      // quick: grows, at most double
+		{20_000, time.Second, 30_000},     // never past catchup_batch_size
+		{50, time.Hour, 30_000},           // a batch below batch_size says nothing
+	} {
+		in.pace(tc.n, tc.took)
+		if in.catchupLimit != tc.want {
+			t.Errorf("after %d changes in %v: limit %d, want %d", tc.n, tc.took, in.catchupLimit, tc.want)
+		}
+	}
+	in.catchupLimit = 1_000
+	if in.full(999, 5000, 0) || !in.full(1_000, 5000, 0) {
+		t.Error("a paced catch-up batch does not flush at its limit")
+	}
+	if !in.full(100, 0, 0) {
+		t.Error("a live batch does not flush at batch_size")
 	}
 }
 
