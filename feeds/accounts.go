@@ -20,6 +20,15 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 		return fmt.Errorf("read account status: %w", err)
 	}
 	if a.Active {
+		// A listing its PDS answered "gone" (deactivated, taken down) is
+		// fetched again: due at once, its attempts counted afresh. Even
+		// if the store never saw the account go: the PDS may have said so
+		// first.
+		if _, err := w.tx.ExecContext(w.ctx, `
+			UPDATE listings SET gone = 0, attempts = 0, last_error = '', next_retry_us = 1
+			WHERE actor_id = ? AND gone = 1`, id); err != nil {
+			return fmt.Errorf("reopen gone listings: %w", err)
+		}
 		if wasActive {
 			return nil
 		}

@@ -2,6 +2,7 @@ package feeds
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -58,5 +59,49 @@ func TestInactiveAuthorStaysOutOfFeeds(t *testing.T) {
 	account(true, "", 6)
 	for _, v := range []string{"v1", "v2", "v3"} {
 		want(v, "p1")
+	}
+}
+
+// An account whose PDS answered "gone" is listed again once the stream
+// says it is active: its listing is due at once with its attempts counted
+// afresh, whether or not the store had seen it go.
+func TestAnAccountBackFromGoneIsListedAgain(t *testing.T) {
+	for _, sawItGo := range []bool{true, false} {
+		t.Run(fmt.Sprintf("saw it go=%v", sawItGo), func(t *testing.T) {
+			s := openViewerMode(t)
+			ctx := context.Background()
+			now := time.Unix(1_000, 0)
+			register(t, s, "v1", "following")
+			apply(t, s, follow("v1", "carol", "f1", 1))
+			gone := Listing{Gone: true, Attempts: 6, LastError: "RepoDeactivated", NextRetry: now.Add(time.Hour)}
+			if err := s.FailListing(ctx, did("carol"), postNSID, gone, now); err != nil {
+				t.Fatal(err)
+			}
+			account := func(active bool, status string, n int64) {
+				t.Helper()
+				batch := &Batch{Cursor: StreamCursor{TimeUS: n}, Accounts: []AccountStatus{{DID: did("carol"), Active: active, Status: status, TimeUS: n}}}
+				if _, err := s.ApplyBatch(ctx, batch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if sawItGo {
+				account(false, "deactivated", 2)
+			}
+			account(true, "", 3)
+			l, err := s.ReadListing(ctx, did("carol"), postNSID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Gone || l.Attempts != 0 || l.LastError != "" {
+				t.Errorf("listing %+v, want it open again with no attempts", l)
+			}
+			due, err := s.DueListings(ctx, now, 6, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(due) != 1 || due[0].Account != did("carol") {
+				t.Errorf("due %v, want carol's listing", due)
+			}
+		})
 	}
 }
