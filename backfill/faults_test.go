@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/pds/pdstest"
 )
@@ -62,7 +64,11 @@ func TestPDSFaultsEndInARecordedState(t *testing.T) {
 				}
 				return
 			}
-			if st.Complete || st.LastError == "" || st.Attempts != 1 || !st.NextRetry.After(w.clock) {
+			wantAttempts := 1
+			if fault == pdstest.FaultRateLimited {
+				wantAttempts = 0 // the host's limit, not the account's failure
+			}
+			if st.Complete || st.LastError == "" || st.Attempts != wantAttempts || !st.NextRetry.After(w.clock) {
 				t.Fatalf("listing = %+v, want a recorded failure", st)
 			}
 			if fault == pdstest.FaultRepoDeactivated && !st.Gone {
@@ -374,5 +380,46 @@ func TestLiveFollowsBacklogSurvivesALostQueue(t *testing.T) {
 	w.svc.retryDue(ctx)
 	if got := w.page(t, viewer, 10); len(got) != 1 {
 		t.Fatalf("feed after the retry loop = %v, want the followed account's post", got)
+	}
+}
+
+// A PDS that answers 429 is left alone for the time it asked for: the
+// other listings on that host fail without a request, and none of them is
+// counted an attempt, so a host's rate limit never makes the backfill give
+// up on its accounts.
+func TestARateLimitingHostIsLeftAloneUntilItsRetryAfter(t *testing.T) {
+	w := newWorld(t, Config{Concurrency: 1})
+	viewer := w.account("viewer")
+	accts := []syntax.DID{w.account("a1"), w.account("a2"), w.account("a3")}
+	for i, a := range accts {
+		w.follow(viewer, a, i+1)
+		w.post(a, 10+i)
+		w.pds.Fail(a, postNSID, pdstest.FaultRateLimited) // Retry-After: 7 s
+	}
+	ctx := context.Background()
+	w.svc.Ensure(ctx, viewer, "following", "test")
+	requests := 0
+	for _, a := range accts {
+		requests += w.pds.Requests(a, postNSID)
+		st, err := w.store.ReadListing(ctx, a, postNSID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Complete || st.Attempts != 0 || st.NextRetry.Before(w.clock.Add(7*time.Second)) {
+			t.Errorf("%s listing %+v, want no attempt counted and a retry after the host's 7 s", a, st)
+		}
+	}
+	if requests != 1 {
+		t.Errorf("%d requests reached the rate-limiting host, want 1", requests)
+	}
+
+	// After the pause the host is asked again, and answers.
+	for _, a := range accts {
+		w.pds.Fail(a, postNSID, pdstest.FaultNone)
+	}
+	w.clock = w.clock.Add(8 * time.Second)
+	w.svc.retryDue(ctx)
+	if got := w.page(t, viewer, 10); len(got) != 3 {
+		t.Errorf("feed after the pause = %v, want the 3 posts", got)
 	}
 }

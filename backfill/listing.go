@@ -171,12 +171,17 @@ func pageLimit(maxRecords, fetched int) int {
 // fetchPage asks the PDS for one page within the global and per-host
 // request limits.
 func (s *Service) fetchPage(ctx context.Context, host string, account syntax.DID, coll syntax.NSID, limit int, cursor string) (pds.Page, error) {
+	if err := s.hostPaused(host, s.cfg.Now()); err != nil {
+		s.metrics.pdsRequest("host_paused")
+		return pds.Page{}, err
+	}
 	release, err := s.limits.Acquire(ctx, host)
 	if err != nil {
 		return pds.Page{}, err
 	}
 	defer release()
 	page, err := s.pds.ListRecords(ctx, host, account, coll, limit, cursor)
+	s.notePause(host, err, s.cfg.Now())
 	outcome := "ok"
 	if err != nil {
 		outcome = pds.KindOf(err).String()
@@ -194,12 +199,18 @@ func (s *Service) fail(ctx context.Context, account syntax.DID, coll syntax.NSID
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
-	st.Attempts++
+	// A host's rate limit says nothing about the account: it costs the
+	// listing no attempt, only the wait the host asked for.
+	if pds.KindOf(err) != pds.KindRateLimited {
+		st.Attempts++
+	}
 	st.LastError = err.Error()
 	st.Gone = gone
 	wait := s.retryAfter(st.Attempts)
 	var pe *pds.Error
-	if errors.As(err, &pe) && pe.RetryAfter > wait {
+	if errors.As(err, &pe) && pe.RetryAfter > 0 && (pe.RetryAfter > wait || pe.Kind == pds.KindRateLimited) {
+		// A rate limit's Retry-After is the host's word on when to come
+		// back, shorter than our backoff or not.
 		wait = pe.RetryAfter
 	}
 	st.NextRetry = s.cfg.Now().Add(wait)

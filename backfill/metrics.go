@@ -49,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind"}),
 		pdsRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "backfill", Name: "pds_requests_total",
-			Help: "PDS listRecords requests by outcome (ok or the failure kind).",
+			Help: "PDS listRecords requests by outcome (ok or the failure kind; host_paused: not sent, the host asked us to wait).",
 		}, []string{"outcome"}),
 		queue: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: "backfill", Name: "queue_depth",

@@ -127,6 +127,8 @@ type Service struct {
 	notDue   map[viewerKey]time.Time
 	running  map[viewerKey]*firstRead
 	accounts map[accountKey]*accountRun
+	// paused holds PDS hosts that answered 429, until when (hostpause.go).
+	paused map[string]time.Time
 
 	queue chan feeds.FollowEdge
 	// bg is the daemon's lifetime: background runs outlive the request
@@ -164,6 +166,7 @@ func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, 
 		notDue:   map[viewerKey]time.Time{},
 		running:  map[viewerKey]*firstRead{},
 		accounts: map[accountKey]*accountRun{},
+		paused:   map[string]time.Time{},
 		queue:    make(chan feeds.FollowEdge, cfg.QueueSize),
 		bg:       context.Background(),
 	}
