@@ -30,6 +30,9 @@ type world struct {
 	pds   *pdstest.Server
 	store *feeds.Store
 	svc   *Service
+	// clock is the service's now; mu guards it where a run reads it
+	// concurrently (advance).
+	mu    sync.Mutex
 	clock time.Time
 	// gate, when set, sees every PDS and PLC request before it is sent.
 	gate atomic.Value // func(*http.Request)
@@ -73,8 +76,7 @@ func newWorld(t *testing.T, cfg Config) *world {
 	httpc := egress.NewClient(egress.Options{AllowPrivateNetworks: true, Timeout: 5 * time.Second})
 	httpc.Transport = gatedTransport{w: w, next: httpc.Transport}
 	dir := directory.New(directory.Config{PLCURL: w.plc.URL(), HTTPClient: httpc, AllowPrivateNetworks: true, SkipHandleVerification: true})
-	var mu sync.Mutex
-	cfg.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return w.clock }
+	cfg.Now = func() time.Time { w.mu.Lock(); defer w.mu.Unlock(); return w.clock }
 	if cfg.FirstReadWait == 0 {
 		cfg.FirstReadWait = 20 * time.Second
 	}
@@ -85,6 +87,14 @@ func newWorld(t *testing.T, cfg Config) *world {
 	go func() { w.svc.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return w
+}
+
+// advance moves the clock while runs may read it.
+func (w *world) advance(d time.Duration) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.clock = w.clock.Add(d)
+	return w.clock
 }
 
 // account creates a repo on the fake PDS.

@@ -196,7 +196,9 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 		return 0, ErrClaimedElsewhere
 	}
 	var rows int64
+	stopHolding := s.holdClaim(ctx, key)
 	err = s.backfillViewer(ctx, key, progress)
+	stopHolding()
 	if err == nil {
 		rows, err = s.store.CompleteFirstRead(ctx, key.viewer, key.feed, s.owner, s.cfg.Now())
 	}
@@ -242,6 +244,40 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 	s.markComplete(key, s.cfg.Now())
 	s.metrics.firstRead("complete", took)
 	return rows, nil
+}
+
+// holdClaim renews the run's first-read claim every third of the lease
+// until stop is called, so a run longer than the lease (an operator's
+// backfill of a large account has no run timeout) is not taken over by
+// another process meanwhile, and does not end in ErrClaimLost. stop
+// returns once no renewal can follow: the claim is then released or
+// completed without being taken again.
+func (s *Service) holdClaim(ctx context.Context, key viewerKey) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(s.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			held, err := s.store.ClaimFirstRead(ctx, key.viewer, key.feed, s.owner, s.cfg.Now(), s.cfg.Lease)
+			if err != nil || !held {
+				if ctx.Err() == nil {
+					s.log.Warn("first-read claim not renewed", "viewer", key.viewer, "feed", key.feed, "err", err)
+				}
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // backfillViewer lists the viewer's follows, then makes sure every

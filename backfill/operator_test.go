@@ -138,3 +138,55 @@ func TestRunFirstReadRefusesWhatIsNotDueOrRunning(t *testing.T) {
 		t.Fatalf("run while a daemon holds the claim: %v, want ErrClaimedElsewhere", err)
 	}
 }
+
+// An operator's run longer than the claim's lease (it has no run timeout)
+// keeps renewing its claim, so another process cannot take the viewer
+// over meanwhile, and the run completes rather than ending in
+// ErrClaimLost.
+func TestALongRunKeepsItsClaim(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	w := newWorld(t, Config{Lease: lease})
+	viewer := w.account("viewer")
+	acct := w.account("acct")
+	w.follow(viewer, acct, 1)
+	w.post(acct, 2)
+	blocked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	w.gate.Store(func(r *http.Request) {
+		if r.URL.Query().Get("repo") == string(viewer) {
+			once.Do(func() { close(blocked); <-release })
+		}
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.svc.RunFirstRead(context.Background(), viewer, "following", nil)
+		done <- err
+	}()
+	<-blocked
+	// The lease runs out on the clock; the run renews it.
+	now := w.advance(10 * lease)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := w.store.RegisterViewer(context.Background(), viewer, "following", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.ClaimUntil.After(now) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claim %s held until %v, past at %v: not renewed", st.ClaimOwner, st.ClaimUntil, now)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ok, err := w.store.ClaimFirstRead(context.Background(), viewer, "following", "other", now, lease); ok || err != nil {
+		t.Fatalf("another process took the claim over: %v %v", ok, err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if got := w.page(t, viewer, 10); len(got) != 1 {
+		t.Errorf("feed = %v, want the followee's post", got)
+	}
+}
