@@ -299,3 +299,15 @@ func TestDeclaredLengthOverCap(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestGetRecordRefusesInvalidUTF8: encoding/json accepts invalid UTF-8
+// inside strings, so only an explicit check keeps such a record out of the
+// store and out of getFeed responses.
+func TestGetRecordRefusesInvalidUTF8(t *testing.T) {
+	srv := startPDS(t)
+	srv.AddRecord(alice, posts, tid(1), post("caf\xe9"))
+	c := newTestClient(5 * time.Second)
+	if _, err := c.GetRecord(t.Context(), srv.URL(), alice, posts, tid(1)); KindOf(err) != KindBadResponse {
+		t.Fatalf("invalid UTF-8: %v, want KindBadResponse", err)
+	}
+}

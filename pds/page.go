@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -105,6 +106,12 @@ func checkRecord(rr rawRecord, repo syntax.DID, collection syntax.NSID, rkey syn
 	}
 	if len(rr.Value) == 0 || rr.Value[0] != '{' {
 		return Record{}, errors.New("value is not an object")
+	}
+	// encoding/json lets invalid UTF-8 inside strings through, and Value is
+	// stored and later written into getFeed responses byte for byte: such a
+	// record is refused here, as the Jetstream decoder refuses such frames.
+	if !utf8.Valid(rr.Value) {
+		return Record{}, errors.New("value is not valid UTF-8")
 	}
 	// A map, not a struct: encoding/json matches struct fields without
 	// regard to case, and "$TYPE" is not "$type".

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
@@ -11,8 +12,8 @@ import (
 )
 
 // FuzzDecodePage asserts invariants only: decodePage never panics, and what
-// it keeps belongs to (repo, collection), has a CID and an object value
-// whose $type is the collection.
+// it keeps belongs to (repo, collection), has a CID and a valid UTF-8
+// object value whose $type is the collection.
 func FuzzDecodePage(f *testing.F) {
 	okCID := pdstest.FakeCID([]byte("x"))
 	good := rec(alice, posts, "3kaaaaaaaab22", post("hi"))
@@ -28,6 +29,7 @@ func FuzzDecodePage(f *testing.F) {
 		`{"records":[{"uri":"at://` + strings.ToUpper(alice.String()) + `/app.bsky.feed.post/x","cid":"` + okCID + `","value":{"$type":"app.bsky.feed.post"}}]}`,
 		`{"records":[{"uri":"at://` + alice.String() + `/app.bsky.feed.post/x","cid":"` + okCID + `","value":{"$type":"app.bsky.feed.post\u0000"}}]}`,
 		`{"records":[{"uri":"at://` + alice.String() + `/app.bsky.feed.post/x","cid":"` + okCID + `","value":{"$type":"app.bsky.feed.post"} }]}`,
+		`{"records":[` + rec(alice, posts, "3kaaaaaaaac22", post("caf\xe9")) + `]}`,
 		`{"records":[` + good + `]`, ``, `{}`, `[]`,
 	}
 	for _, s := range seeds {
@@ -53,6 +55,9 @@ func FuzzDecodePage(f *testing.F) {
 			}
 			if _, err := syntax.ParseCID(r.CID); err != nil {
 				t.Fatalf("bad cid kept: %q", r.CID)
+			}
+			if !utf8.Valid(r.Value) {
+				t.Fatalf("value is not valid UTF-8: %q", r.Value)
 			}
 			var v map[string]any
 			if err := json.Unmarshal(r.Value, &v); err != nil {

@@ -35,6 +35,9 @@ func TestDecodePageSkipRules(t *testing.T) {
 		"other $type":        {`{"uri":"` + uri + `","cid":"` + okCID + `","value":{"$type":"app.bsky.feed.like"}}`, false},
 		"$type not a string": {`{"uri":"` + uri + `","cid":"` + okCID + `","value":{"$type":["app.bsky.feed.post"]}}`, false},
 		"record is a number": {`7`, false},
+		"value not UTF-8":    {`{"uri":"` + uri + `","cid":"` + okCID + `","value":` + post("caf\xe9") + `}`, false},
+		"key not UTF-8":      {`{"uri":"` + uri + `","cid":"` + okCID + `","value":{"$type":"app.bsky.feed.post","` + "\xff" + `":1}}`, false},
+		"value UTF-8":        {`{"uri":"` + uri + `","cid":"` + okCID + `","value":` + post("café ☀ \\ud83d\\ude00") + `}`, true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			page, err := decodePage([]byte(`{"records":[`+tc.record+`],"cursor":"c"}`), alice, posts)
