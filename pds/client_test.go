@@ -311,3 +311,16 @@ func TestGetRecordRefusesInvalidUTF8(t *testing.T) {
 		t.Fatalf("invalid UTF-8: %v, want KindBadResponse", err)
 	}
 }
+
+func TestGetRecordRefusesOversizedRecord(t *testing.T) {
+	srv := startPDS(t)
+	srv.AddRecord(alice, posts, tid(1), sizedPost(MaxRecordBytes))
+	srv.AddRecord(alice, posts, tid(2), sizedPost(MaxRecordBytes+1))
+	c := newTestClient(5 * time.Second)
+	if _, err := c.GetRecord(t.Context(), srv.URL(), alice, posts, tid(1)); err != nil {
+		t.Fatalf("record at the cap: %v", err)
+	}
+	if _, err := c.GetRecord(t.Context(), srv.URL(), alice, posts, tid(2)); KindOf(err) != KindBadResponse {
+		t.Fatalf("record over the cap: %v, want KindBadResponse", err)
+	}
+}

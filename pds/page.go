@@ -12,12 +12,21 @@ import (
 // maxCursorBytes bounds a listRecords cursor; real ones are record keys.
 const maxCursorBytes = 2048
 
+// MaxRecordBytes caps a record's JSON value, as sent. It mirrors the
+// Jetstream decoder's default cap (jetstream.DecoderConfig.MaxRecordBytes,
+// pinned by TestMaxRecordBytesMatchesJetstream), so that a record too large
+// to arrive on the stream cannot be stored through a listing either. Without
+// it only the response body cap (MiBs) bounds a record, and a hostile PDS
+// could make every getFeed page carry megabytes of its records.
+const MaxRecordBytes = 64 << 10
+
 // ErrCursorTooLong is a page whose cursor is over 2,048 bytes: the caller
 // ends its listing round with it instead of sending it back.
 var ErrCursorTooLong = errors.New("cursor_too_long")
 
-// Record is one record read from a repo. Value is the record JSON as sent,
-// an object whose $type is the collection.
+// Record is one record read from a repo. Value is the record JSON as sent:
+// valid UTF-8, at most MaxRecordBytes, an object whose $type is the
+// collection.
 type Record struct {
 	URI   syntax.ATURI
 	RKey  syntax.RecordKey
@@ -106,6 +115,9 @@ func checkRecord(rr rawRecord, repo syntax.DID, collection syntax.NSID, rkey syn
 	}
 	if len(rr.Value) == 0 || rr.Value[0] != '{' {
 		return Record{}, errors.New("value is not an object")
+	}
+	if len(rr.Value) > MaxRecordBytes {
+		return Record{}, fmt.Errorf("value is %d bytes, limit %d", len(rr.Value), MaxRecordBytes)
 	}
 	// encoding/json lets invalid UTF-8 inside strings through, and Value is
 	// stored and later written into getFeed responses byte for byte: such a

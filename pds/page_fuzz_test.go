@@ -56,6 +56,9 @@ func FuzzDecodePage(f *testing.F) {
 			if _, err := syntax.ParseCID(r.CID); err != nil {
 				t.Fatalf("bad cid kept: %q", r.CID)
 			}
+			if len(r.Value) > MaxRecordBytes {
+				t.Fatalf("value of %d bytes kept", len(r.Value))
+			}
 			if !utf8.Valid(r.Value) {
 				t.Fatalf("value is not valid UTF-8: %q", r.Value)
 			}

@@ -148,3 +148,35 @@ func TestTypeMatchIsCaseSensitive(t *testing.T) {
 		t.Fatalf("got %+v %v", page, err)
 	}
 }
+
+// sizedPost returns a post value of exactly n bytes of JSON.
+func sizedPost(n int) string {
+	head, tail := `{"$type":"app.bsky.feed.post","text":"`, `"}`
+	return head + strings.Repeat("a", n-len(head)-len(tail)) + tail
+}
+
+// TestDecodePageRecordSizeCap: a record over MaxRecordBytes is dropped and
+// counted, the rest of its page kept; one at the cap is kept.
+func TestDecodePageRecordSizeCap(t *testing.T) {
+	body := `{"cursor":"c","records":[` + strings.Join([]string{
+		rec(alice, posts, "3kaaaaaaaab22", post("small")),
+		rec(alice, posts, "3kaaaaaaaac22", sizedPost(MaxRecordBytes)),
+		rec(alice, posts, "3kaaaaaaaad22", sizedPost(MaxRecordBytes+1)),
+		rec(alice, posts, "3kaaaaaaaae22", sizedPost(1<<20)),
+		rec(alice, posts, "3kaaaaaaaaf22", post("small too")),
+	}, ",") + `]}`
+	page, err := decodePage([]byte(body), alice, posts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, r := range page.Records {
+		kept = append(kept, r.RKey.String())
+		if len(r.Value) > MaxRecordBytes {
+			t.Errorf("kept %s of %d bytes", r.RKey, len(r.Value))
+		}
+	}
+	if strings.Join(kept, " ") != "3kaaaaaaaab22 3kaaaaaaaac22 3kaaaaaaaaf22" || page.Skipped != 2 {
+		t.Fatalf("kept %v, skipped %d; want b, c, f kept and 2 skipped", kept, page.Skipped)
+	}
+}

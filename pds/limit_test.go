@@ -1,0 +1,33 @@
+package pds_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/atfeeds/appview/jetstream"
+	"github.com/atfeeds/appview/pds"
+	"github.com/atfeeds/appview/pds/pdstest"
+)
+
+// TestMaxRecordBytesMatchesJetstream pins pds.MaxRecordBytes to the
+// Jetstream decoder's default cap: a record must not be storable from a
+// PDS listing when the stream would have dropped it, or the other way.
+func TestMaxRecordBytesMatchesJetstream(t *testing.T) {
+	dec := jetstream.NewDecoder(jetstream.DecoderConfig{})
+	frame := func(size int) []byte {
+		head, tail := `{"$type":"app.bsky.feed.post","text":"`, `"}`
+		record := head + strings.Repeat("a", size-len(head)-len(tail)) + tail
+		return []byte(`{"did":"did:plc:alice234567abcdefghijklm","time_us":1795975616983633,"kind":"commit",` +
+			`"commit":{"rev":"3ke6kg3wlch22","operation":"create","collection":"app.bsky.feed.post",` +
+			`"rkey":"3kbbpidw2r7zx","cid":"` + pdstest.FakeCID([]byte(record)) + `","record":` + record + `}}`)
+	}
+	if _, err := dec.Decode(frame(pds.MaxRecordBytes)); err != nil {
+		t.Fatalf("stream drops a record of pds.MaxRecordBytes: %v", err)
+	}
+	_, err := dec.Decode(frame(pds.MaxRecordBytes + 1))
+	var derr *jetstream.DropError
+	if !errors.As(err, &derr) || derr.Reason != jetstream.ReasonRecordTooLarge {
+		t.Fatalf("stream keeps a record of pds.MaxRecordBytes+1: %v", err)
+	}
+}
