@@ -88,7 +88,7 @@ func (c *Client) ListRecords(ctx context.Context, pdsURL string, repo syntax.DID
 	if err != nil {
 		return Page{}, err
 	}
-	page, err := decodePage(body, repo, collection)
+	page, err := decodePage(body, repo, collection, limit)
 	if err != nil {
 		return Page{}, &Error{Kind: KindBadResponse, Status: http.StatusOK, Err: err}
 	}

@@ -324,3 +324,26 @@ func TestGetRecordRefusesOversizedRecord(t *testing.T) {
 		t.Fatalf("record over the cap: %v, want KindBadResponse", err)
 	}
 }
+
+// TestListRecordsCapsPageAtLimit: a PDS that answers with more records
+// than asked for gets only the first limit of them taken; the rest are
+// counted as skipped.
+func TestListRecordsCapsPageAtLimit(t *testing.T) {
+	var recs []string
+	for i := range 5 {
+		recs = append(recs, rec(alice, posts, tid(10-i).String(), post(fmt.Sprint(i))))
+	}
+	body := `{"cursor":"` + tid(6).String() + `","records":[` + strings.Join(recs, ",") + `]}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(body))
+	}))
+	defer srv.Close()
+	page, err := newTestClient(5*time.Second).ListRecords(t.Context(), srv.URL, alice, posts, 2, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Records) != 2 || page.Records[0].RKey != tid(10) || page.Records[1].RKey != tid(9) || page.Skipped != 3 {
+		t.Fatalf("got %d records, %d skipped; want the first 2 and 3 skipped", len(page.Records), page.Skipped)
+	}
+}

@@ -35,7 +35,8 @@ type Record struct {
 }
 
 // Page is one listRecords page. Cursor is empty when the PDS sent none: the
-// listing is over. Skipped counts records dropped as invalid.
+// listing is over. Skipped counts records dropped: invalid, or beyond the
+// limit asked for.
 type Page struct {
 	Records []Record
 	Cursor  string
@@ -48,10 +49,16 @@ type rawRecord struct {
 	Value json.RawMessage `json:"value"`
 }
 
-// decodePage decodes a listRecords answer for (repo, collection). A page
-// that is not the expected JSON fails whole; an invalid record in it is
-// dropped and counted.
-func decodePage(body []byte, repo syntax.DID, collection syntax.NSID) (Page, error) {
+// decodePage decodes a listRecords answer for (repo, collection) asked with
+// limit. A page that is not the expected JSON fails whole; an invalid
+// record in it is dropped and counted.
+//
+// Only the first limit records are taken: a PDS that sends more than asked
+// for must not make one page store (and fan out) thousands of records. The
+// rest are counted as skipped, not read; the page's cursor already points
+// past them, so this listing never sees them, which is the misbehaving
+// PDS's loss.
+func decodePage(body []byte, repo syntax.DID, collection syntax.NSID, limit int) (Page, error) {
 	var out struct {
 		Records []json.RawMessage `json:"records"`
 		Cursor  *string           `json:"cursor"`
@@ -68,6 +75,10 @@ func decodePage(body []byte, repo syntax.DID, collection syntax.NSID) (Page, err
 			return Page{}, fmt.Errorf("decode listRecords: %w: %d bytes", ErrCursorTooLong, len(*out.Cursor))
 		}
 		page.Cursor = *out.Cursor
+	}
+	if len(out.Records) > limit {
+		page.Skipped = len(out.Records) - limit
+		out.Records = out.Records[:limit]
 	}
 	page.Records = make([]Record, 0, len(out.Records))
 	for _, raw := range out.Records {

@@ -36,14 +36,14 @@ func FuzzDecodePage(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		page, err := decodePage(body, alice, posts)
+		page, err := decodePage(body, alice, posts, MaxLimit)
 		if err != nil {
 			if page.Records != nil || page.Cursor != "" || page.Skipped != 0 {
 				t.Fatalf("failed decode returned %+v", page)
 			}
 			return
 		}
-		if len(page.Cursor) > maxCursorBytes || page.Skipped < 0 {
+		if len(page.Cursor) > maxCursorBytes || page.Skipped < 0 || len(page.Records) > MaxLimit {
 			t.Fatalf("bad page %+v", page)
 		}
 		for _, r := range page.Records {

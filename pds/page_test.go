@@ -40,7 +40,7 @@ func TestDecodePageSkipRules(t *testing.T) {
 		"value UTF-8":        {`{"uri":"` + uri + `","cid":"` + okCID + `","value":` + post("café ☀ \\ud83d\\ude00") + `}`, true},
 	} {
 		t.Run(name, func(t *testing.T) {
-			page, err := decodePage([]byte(`{"records":[`+tc.record+`],"cursor":"c"}`), alice, posts)
+			page, err := decodePage([]byte(`{"records":[`+tc.record+`],"cursor":"c"}`), alice, posts, MaxLimit)
 			if err != nil {
 				t.Fatalf("page failed: %v", err)
 			}
@@ -64,18 +64,18 @@ func TestDecodePageRejects(t *testing.T) {
 		"trailing garbage":  `{"records":[]} {}`,
 		"records null only": `{"records":null}`,
 	} {
-		if _, err := decodePage([]byte(body), alice, posts); err == nil {
+		if _, err := decodePage([]byte(body), alice, posts, MaxLimit); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := decodePage([]byte(`{"records":[],"cursor":"`+strings.Repeat("a", maxCursorBytes+1)+`"}`), alice, posts); !errors.Is(err, ErrCursorTooLong) {
+	if _, err := decodePage([]byte(`{"records":[],"cursor":"`+strings.Repeat("a", maxCursorBytes+1)+`"}`), alice, posts, MaxLimit); !errors.Is(err, ErrCursorTooLong) {
 		t.Errorf("long cursor: %v, want ErrCursorTooLong", err)
 	}
-	page, err := decodePage([]byte(`{"records":[],"cursor":"`+strings.Repeat("a", maxCursorBytes)+`"}`), alice, posts)
+	page, err := decodePage([]byte(`{"records":[],"cursor":"`+strings.Repeat("a", maxCursorBytes)+`"}`), alice, posts, MaxLimit)
 	if err != nil || len(page.Cursor) != maxCursorBytes {
 		t.Fatalf("cursor at the limit: %v", err)
 	}
-	page, err = decodePage([]byte(`{"records":[]}`), alice, posts)
+	page, err = decodePage([]byte(`{"records":[]}`), alice, posts, MaxLimit)
 	if err != nil || page.Cursor != "" || len(page.Records) != 0 {
 		t.Fatalf("empty page: %+v %v", page, err)
 	}
@@ -143,7 +143,7 @@ func TestRetryAfter(t *testing.T) {
 func TestTypeMatchIsCaseSensitive(t *testing.T) {
 	okCID := pdstest.FakeCID([]byte("x"))
 	body := `{"records":[{"uri":"at://` + alice.String() + `/app.bsky.feed.post/x","cid":"` + okCID + `","value":{"$TYPE":"app.bsky.feed.post"}}]}`
-	page, err := decodePage([]byte(body), alice, posts)
+	page, err := decodePage([]byte(body), alice, posts, MaxLimit)
 	if err != nil || page.Skipped != 1 {
 		t.Fatalf("got %+v %v", page, err)
 	}
@@ -165,7 +165,7 @@ func TestDecodePageRecordSizeCap(t *testing.T) {
 		rec(alice, posts, "3kaaaaaaaae22", sizedPost(1<<20)),
 		rec(alice, posts, "3kaaaaaaaaf22", post("small too")),
 	}, ",") + `]}`
-	page, err := decodePage([]byte(body), alice, posts)
+	page, err := decodePage([]byte(body), alice, posts, MaxLimit)
 	if err != nil {
 		t.Fatal(err)
 	}
