@@ -84,7 +84,7 @@ func (w *txWriter) applyFollow(c *Change, collID int64) error {
 		}
 		if !w.s.indexAll && actorID != subjectID {
 			w.res.NewFollows = append(w.res.NewFollows, FollowEdge{Viewer: c.DID, Subject: c.Subject, Collection: c.Collection})
-			if err := w.wantListings(subjectID, collID); err != nil {
+			if err := w.enteredScope(subjectID, collID); err != nil {
 				return err
 			}
 		}
@@ -100,7 +100,7 @@ func (w *txWriter) applyFollow(c *Change, collID int64) error {
 				return err
 			}
 			if !w.s.indexAll && actorID != subjectID {
-				if err := w.wantListings(subjectID, collID); err != nil {
+				if err := w.enteredScope(subjectID, collID); err != nil {
 					return err
 				}
 			}
@@ -164,6 +164,20 @@ func (w *txWriter) unfollowed(viewerID, followCollID, subjectID int64) error {
 		return w.leaveScopeIfUnfollowed(subjectID)
 	}
 	return nil
+}
+
+// enteredScope notes a viewer's new follow of subjectID (outside index_all
+// mode, where only viewers' follows are stored): the subject is in scope
+// now, and remembered so (followed_cache.go). One not known to be
+// followed before may have just entered the scope, so its listings are
+// wanted; one already followed had them marked when it entered, or has
+// them stored.
+func (w *txWriter) enteredScope(subjectID, followCollID int64) error {
+	if w.knownFollowed(subjectID) {
+		return nil
+	}
+	w.rememberFollowed(subjectID)
+	return w.wantListings(subjectID, followCollID)
 }
 
 // wantListings makes the backlog of an account a viewer started following
