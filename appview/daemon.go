@@ -113,6 +113,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		ReadTimeout:       cfg.Jetstream.ReadTimeout,
 		UserAgent:         "atfeeds-appview/" + Version,
 		OnSessionEnd:      func(r jetstream.SessionReport) { recordSession(store, log, r) },
+		QueueBytes:        queueBytes,
 	}, jetstream.NewDecoder(jetstream.DecoderConfig{FollowCollections: follows}), log, jetstream.NewMetrics(reg, wanted))
 
 	dir, firstReads := buildBackfill(cfg, store, reg, log)
@@ -168,6 +169,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 			},
 			identityChanged: dir.Purge,
 			restart:         consumer.Restart,
+			consumed:        consumer.Consumed,
 			sweepIdle:       cfg.Sweep.IdleInterval,
 			now:             time.Now,
 		},

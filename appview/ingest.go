@@ -42,6 +42,9 @@ type ingester struct {
 	// it returns the first session whose events count again.
 	restart    func() uint64
 	minSession uint64
+	// consumed, when set, hears of every event taken off the queue, so the
+	// consumer can bound the queue's bytes (queueBytes).
+	consumed func(*jetstream.Event)
 	// sweepIdle is how often an idle stream still ticks the prune sweep.
 	sweepIdle time.Duration
 	now       func() time.Time
@@ -111,6 +114,9 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 		return nil
 	}
 	add := func(ev *jetstream.Event) {
+		if in.consumed != nil {
+			in.consumed(ev)
+		}
 		if ev.Session < in.minSession {
 			return
 		}
@@ -169,6 +175,11 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 // flush block the consumer's read loop (pace): well under the 5 s in which
 // Jetstream wants its pings answered.
 const catchupFlushBudget = 2 * time.Second
+
+// queueBytes bounds the record bytes waiting in the consumer's queue,
+// which is bounded in events (jetstream.queue_size, 16,384): with records
+// up to 64 KiB each it could otherwise hold about 1 GiB.
+const queueBytes = 64 << 20
 
 // maxBatchBytes bounds the record bytes one batch holds, whatever its
 // count: records may be up to 64 KiB each, and a catch-up batch of 30,000

@@ -115,9 +115,11 @@ func TestIngesterCommitsABacklogInLargeBatches(t *testing.T) {
 	}
 	var sizes []int
 	runCtx, cancel := context.WithCancel(ctx)
+	consumed := 0
 	in := &ingester{
 		store: store, batchSize: 100, catchupSize: 1000, batchInterval: time.Hour,
 		log: slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: time.Now,
+		consumed: func(*jetstream.Event) { consumed++ },
 		afterCommit: func(res feeds.BatchResult) {
 			sizes = append(sizes, res.Applied)
 			if total(sizes) == backlog {
@@ -135,6 +137,11 @@ func TestIngesterCommitsABacklogInLargeBatches(t *testing.T) {
 	}
 	if got := store.Cursor().TimeUS; got != t0+backlog-1 {
 		t.Fatalf("cursor %d, want the last event %d", got, t0+backlog-1)
+	}
+	// Every event taken off the queue is reported, so the consumer's byte
+	// bound on the queue is given back (jetstream.Config.QueueBytes).
+	if consumed != backlog {
+		t.Errorf("%d events reported consumed, want %d", consumed, backlog)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"golang.org/x/sync/semaphore"
 )
 
 const (
@@ -58,6 +59,11 @@ type Config struct {
 	OnSessionEnd func(SessionReport)
 	// Dialer is optional; Compression overrides its EnableCompression.
 	Dialer *websocket.Dialer
+	// QueueBytes, when set, bounds the bytes of the events handed over
+	// and not yet consumed: the caller's queue is bounded in events, and
+	// records may be up to 64 KiB each. The caller then reports every
+	// event it takes off the queue (Client.Consumed), or delivery stops.
+	QueueBytes int64
 }
 
 // SessionReport describes one connection: when it opened and closed, the
@@ -89,6 +95,9 @@ type Client struct {
 
 	// sessionID numbers sessions; every event carries its session's id.
 	sessionID atomic.Uint64
+	// queued holds the bytes of the events handed over and not yet
+	// consumed, up to Config.QueueBytes; nil without a bound.
+	queued *semaphore.Weighted
 	// restart asks the running session to end so the next one resumes
 	// from the caller's (reset) position.
 	restart chan struct{}
@@ -207,7 +216,12 @@ func NewClient(cfg Config, dec *Decoder, logger *slog.Logger, m *Metrics) *Clien
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("component", "jetstream")
+	var queued *semaphore.Weighted
+	if cfg.QueueBytes > 0 {
+		queued = semaphore.NewWeighted(cfg.QueueBytes)
+	}
 	return &Client{
+		queued:  queued,
 		cfg:     cfg,
 		dec:     dec,
 		logger:  logger,
@@ -217,6 +231,27 @@ func NewClient(cfg Config, dec *Decoder, logger *slog.Logger, m *Metrics) *Clien
 		sleep:   sleepCtx,
 		jitter:  rand.Float64,
 		restart: make(chan struct{}, 1),
+	}
+}
+
+// eventOverhead approximates what an event costs beyond its record.
+const eventOverhead = 512
+
+// queuedSize is what ev counts against Config.QueueBytes: never more than
+// the bound, so one event always fits.
+func (c *Client) queuedSize(ev *Event) int64 {
+	n := int64(eventOverhead)
+	if ev.Commit != nil {
+		n += int64(len(ev.Commit.Record))
+	}
+	return min(n, c.cfg.QueueBytes)
+}
+
+// Consumed tells the client that the caller took ev off its queue, when
+// Config.QueueBytes bounds it.
+func (c *Client) Consumed(ev *Event) {
+	if c.queued != nil {
+		c.queued.Release(c.queuedSize(ev))
 	}
 }
 

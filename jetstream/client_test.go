@@ -627,3 +627,41 @@ func TestClientWithoutMetricsOrLogger(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// With QueueBytes set, the client hands over no more than that many bytes
+// of events the caller has not consumed: a full budget stops delivery
+// (and reading) as a full queue does, and each Consumed lets more through.
+func TestClientBoundsTheQueuedBytes(t *testing.T) {
+	frame := strings.Replace(postFrame, `"hello"`, `"`+strings.Repeat("a", 4<<10)+`"`, 1)
+	ev, err := testDecoder().Decode([]byte(frame))
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := int64(eventOverhead + len(ev.Commit.Record))
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		for range 10 {
+			if !send(conn, frame) {
+				return
+			}
+		}
+		holdOpen(conn)
+	})
+	h := startClient(t, Config{URLs: []string{srv.url}, QueueBytes: 3 * size}, fixed(Position{}), 100)
+	var got []Event
+	for range 3 {
+		got = append(got, h.next(t))
+	}
+	if h.client.queued.TryAcquire(1) {
+		t.Fatal("three events handed over and not consumed, and the byte budget is not spent")
+	}
+	for i := range got {
+		h.client.Consumed(&got[i])
+	}
+	for range 7 {
+		ev := h.next(t)
+		h.client.Consumed(&ev)
+	}
+	if !h.client.queued.TryAcquire(3 * size) {
+		t.Error("every event consumed, and the budget did not come back whole")
+	}
+}

@@ -159,6 +159,15 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 
 		ev.Host = host
 		ev.Session = id
+		var size int64
+		if c.queued != nil {
+			// Waits while the caller's queue holds QueueBytes; like a
+			// full queue, that stops reading.
+			size = c.queuedSize(&ev)
+			if err := c.queued.Acquire(ctx, size); err != nil {
+				return res, nil
+			}
+		}
 		select {
 		case out <- ev:
 			res.delivered++
@@ -173,11 +182,20 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 			report.EndTimeUS = max(report.EndTimeUS, ev.TimeUS)
 			c.handedOver(&ev, gen)
 		case <-ctx.Done():
+			c.unqueue(size)
 			return res, nil
 		case <-restarted:
+			c.unqueue(size)
 			endErr = errRestart
 			return res, errRestart
 		}
+	}
+}
+
+// unqueue gives back the bytes of an event that was not handed over.
+func (c *Client) unqueue(size int64) {
+	if c.queued != nil {
+		c.queued.Release(size)
 	}
 }
 
