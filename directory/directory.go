@@ -86,6 +86,11 @@ type Identity struct {
 	DID syntax.DID
 	// Handle is empty unless it was verified in both directions.
 	Handle syntax.Handle
+	// HandleUnchecked is set when the document claims a handle that could
+	// not be checked for now (ErrUnavailable: DNS or HTTP failing): an
+	// empty Handle then says nothing about the handle, and a caller that
+	// keeps it should ask again later.
+	HandleUnchecked bool
 	// PDS is the http(s) URL of the #atproto_pds service, without a
 	// trailing slash.
 	PDS string
@@ -167,6 +172,7 @@ func (d *Directory) lookupDID(ctx context.Context, did syntax.DID, verifyHandle 
 	if err == nil && resolved == did {
 		ident.Handle = doc.handle
 	}
+	ident.HandleUnchecked = errors.Is(err, ErrUnavailable)
 	return ident, nil
 }
 

@@ -13,6 +13,7 @@ package profiles
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -50,6 +51,9 @@ type Config struct {
 	Concurrency, PerHost int
 	// FetchTimeout bounds one account's resolution and fetch (10s).
 	FetchTimeout time.Duration
+	// StoreTimeout bounds the write of what a fetch learned, its wait for
+	// the write lock included (10s).
+	StoreTimeout time.Duration
 	// RetryAfter: an account whose fetch failed is not fetched again
 	// before this has passed (5m).
 	RetryAfter time.Duration
@@ -63,6 +67,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.Concurrency, 4)
 	orDefault(&c.PerHost, 2)
 	orDefault(&c.FetchTimeout, 10*time.Second)
+	orDefault(&c.StoreTimeout, 10*time.Second)
 	orDefault(&c.RetryAfter, 5*time.Minute)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -269,12 +274,20 @@ func (s *Service) process(ctx context.Context, j *job) error {
 	if fp.HandleResolved || fp.RecordFetched {
 		// The write gets its own time: a fetch that used all of its
 		// timeout must still be stored, and shutdown must not fail it.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)
 		err = s.store.StoreFetchedProfile(wctx, fp)
 		cancel()
 		if err != nil {
 			failed = true
-			err = fmt.Errorf("store fetched profile: %w", err)
+			if errors.Is(err, context.DeadlineExceeded) {
+				// The write lock was busy (a long batch, a merge) past
+				// the write's time: the fetch failed, the database did
+				// not. It is retried like any failed fetch.
+				s.log.Warn("store fetched profile: timed out waiting to write", "did", j.did)
+				err = nil
+			} else {
+				err = fmt.Errorf("store fetched profile: %w", err)
+			}
 		}
 	}
 	s.metrics.fetched(outcome)
@@ -291,7 +304,10 @@ func (s *Service) fetch(ctx context.Context, j *job) (feeds.FetchedProfile, outc
 		s.log.Debug("resolve for profile", "did", j.did, "err", err)
 		return fp, outcomeIdentityError
 	}
-	fp.HandleResolved, fp.Handle = true, ident.Handle
+	// A handle that could not be checked for now is not stored as
+	// missing: the actor's handle stays unknown, so a later read fetches
+	// it again, rather than showing no handle for good.
+	fp.HandleResolved, fp.Handle = !ident.HandleUnchecked, ident.Handle
 	if !j.record {
 		return fp, outcomeHandleOnly
 	}

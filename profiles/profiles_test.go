@@ -36,14 +36,22 @@ type world struct {
 	svc   *Service
 	reg   *prometheus.Registry
 	clock *testclock.Clock
+	// wrapStore, set before newWorld, stands between the service and
+	// the store.
+	wrapStore func(*feeds.Store) Store
 }
 
 func did(name string) syntax.DID { return syntax.DID("did:plc:" + name) }
 
 func newWorld(t *testing.T, cfg Config, followed ...string) *world {
 	t.Helper()
+	return newWorldWith(t, nil, cfg, followed...)
+}
+
+func newWorldWith(t *testing.T, wrapStore func(*feeds.Store) Store, cfg Config, followed ...string) *world {
+	t.Helper()
 	w := &world{plc: plctest.NewServer(), pds: pdstest.NewServer(), reg: prometheus.NewRegistry(),
-		clock: testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
+		clock: testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), wrapStore: wrapStore}
 	t.Cleanup(w.plc.Close)
 	t.Cleanup(w.pds.Close)
 	ctx := context.Background()
@@ -71,9 +79,13 @@ func newWorld(t *testing.T, cfg Config, followed ...string) *world {
 	}
 	httpc := egress.NewClient(egress.Options{AllowPrivateNetworks: true, Timeout: 5 * time.Second})
 	dir := directory.New(directory.Config{PLCURL: w.plc.URL(), HandleResolverURL: w.plc.URL(), HTTPClient: httpc,
-		AllowPrivateNetworks: true, SkipHandleVerification: true})
+		AllowPrivateNetworks: true, SkipHandleVerification: true, Now: w.clock.Now})
 	cfg.Now = w.clock.Now
-	w.svc = New(cfg, store, dir, pds.NewClient(httpc, pds.Options{}), nil, NewMetrics(w.reg))
+	var st Store = store
+	if w.wrapStore != nil {
+		st = w.wrapStore(store)
+	}
+	w.svc = New(cfg, st, dir, pds.NewClient(httpc, pds.Options{}), nil, NewMetrics(w.reg))
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.svc.Run(runCtx) }()
@@ -249,5 +261,47 @@ func TestFullQueueDropsTheFetch(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("queue_full")); got < 1 {
 		t.Errorf("queue_full = %v", got)
+	}
+}
+
+// A handle that could not be checked (the resolver down for a moment) is
+// not stored as missing: it stays unknown, and a later read, once the
+// failure is no longer cached, finds it.
+func TestAHandleThatCouldNotBeCheckedIsAskedAgain(t *testing.T) {
+	w := newWorld(t, Config{Wait: 5 * time.Second, RetryAfter: time.Minute}, "carol")
+	w.profileRecord("carol", "Carol")
+	w.plc.FailHandles(1)
+	if ps, _ := w.hydrate(t, "carol"); ps[0].HandleKnown || ps[0].Fields.DisplayName != "Carol" {
+		t.Fatalf("after the resolver failed: %+v, want the record and no handle known", ps[0])
+	}
+	w.clock.Advance(3 * time.Minute) // past the fetch's retry and the directory's error TTL
+	if ps, _ := w.hydrate(t, "carol"); !ps[0].Complete() || ps[0].Handle != "carol.test" {
+		t.Fatalf("a later read: %+v, want the handle carol.test", ps[0])
+	}
+}
+
+// slowStore holds every profile write until its deadline, as a write lock
+// held by a long batch would.
+type slowStore struct{ *feeds.Store }
+
+func (s slowStore) StoreFetchedProfile(ctx context.Context, _ feeds.FetchedProfile) error {
+	<-ctx.Done()
+	return fmt.Errorf("begin write: %w", ctx.Err())
+}
+
+// A profile write that times out waiting for the write lock fails the
+// fetch, not the service: Run goes on (newWorld's cleanup fails the test
+// if Run returned an error) and the next read fetches again.
+func TestAProfileWriteTimingOutFailsOnlyTheFetch(t *testing.T) {
+	w := newWorldWith(t, func(s *feeds.Store) Store { return slowStore{s} },
+		Config{Wait: 50 * time.Millisecond, StoreTimeout: 100 * time.Millisecond}, "carol")
+	w.profileRecord("carol", "Carol")
+	w.hydrate(t, "carol")
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("stored")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the fetch never finished")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

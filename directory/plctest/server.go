@@ -25,6 +25,7 @@ type Server struct {
 	contentType string
 	docRequests map[syntax.DID]int
 	total       int
+	failHandles int
 	handleReqs  int
 	block       chan struct{} // when set, document requests wait on it
 }
@@ -205,12 +206,28 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// FailHandles makes the next n handle resolutions answer 503, as a
+// resolver that is down for a moment.
+func (s *Server) FailHandles(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failHandles = n
+}
+
 func (s *Server) serveResolveHandle(w http.ResponseWriter, r *http.Request) {
 	handle := syntax.Handle(strings.ToLower(r.URL.Query().Get("handle")))
 	s.mu.Lock()
 	s.handleReqs++
 	did, ok := s.handles[handle]
+	fail := s.failHandles > 0
+	if fail {
+		s.failHandles--
+	}
 	s.mu.Unlock()
+	if fail {
+		http.Error(w, "resolver unavailable", http.StatusServiceUnavailable)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	if !ok {
 		w.WriteHeader(http.StatusBadRequest)
