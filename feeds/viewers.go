@@ -259,6 +259,14 @@ func (s *Store) MergeFollowee(ctx context.Context, viewer, subject syntax.DID, f
 		if err != nil || !found {
 			return err
 		}
+		// The viewer may have unfollowed while the backlog was fetched:
+		// rows merged then would belong to no follow, and no unfollow or
+		// delete would ever reach them.
+		var one int
+		follows, err := w.queryRow(w.s.stmts.followRemains, []any{sub, collID, v}, &one)
+		if err != nil || !follows {
+			return err
+		}
 		if err := w.followed(v, collID, sub); err != nil {
 			return err
 		}

@@ -187,3 +187,29 @@ func TestLeavingScopeReopensTheAccountsListings(t *testing.T) {
 		})
 	}
 }
+
+// A followee's backlog merged after the viewer unfollowed it (the fetch
+// ran meanwhile) adds nothing: those rows would belong to no follow, and
+// no unfollow or delete would reach them.
+func TestMergeFolloweeAfterAnUnfollowAddsNothing(t *testing.T) {
+	s := openViewerMode(t)
+	ctx := context.Background()
+	register(t, s, "bob", "following")
+	register(t, s, "alice", "following")
+	apply(t, s, follow("bob", "carol", "f1", 1), post("carol", "p1", 2))
+	apply(t, s, follow("alice", "carol", "f2", 3))
+	apply(t, s, unfollow("alice", "f2", 4))
+	if _, err := s.MergeFollowee(ctx, did("alice"), did("carol"), followNSID); err != nil {
+		t.Fatal(err)
+	}
+	if got := feedRKeys(t, s, "following", "alice", postNSID); len(got) != 0 {
+		t.Errorf("alice's feed = %v after a merge of an account she unfollowed", got)
+	}
+	apply(t, s, follow("alice", "carol", "f3", 5))
+	if _, err := s.MergeFollowee(ctx, did("alice"), did("carol"), followNSID); err != nil {
+		t.Fatal(err)
+	}
+	if got := feedRKeys(t, s, "following", "alice", postNSID); !slices.Equal(got, []string{"p1"}) {
+		t.Errorf("alice's feed = %v once she follows carol again, want [p1]", got)
+	}
+}
