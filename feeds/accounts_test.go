@@ -105,3 +105,37 @@ func TestAnAccountBackFromGoneIsListedAgain(t *testing.T) {
 		})
 	}
 }
+
+// A post of an inactive author reaches no feed, whatever the batch order:
+// a batch applies its account events first, so a post and its author's
+// deactivation in one batch, or a post replayed after the author was
+// deleted, are stored without a fan-out. Coming back merges them.
+func TestAnInactiveAuthorsPostsDoNotFanOut(t *testing.T) {
+	s := openViewerMode(t)
+	ctx := context.Background()
+	register(t, s, "alice", "following")
+	apply(t, s, follow("alice", "carol", "f1", 1), follow("alice", "dave", "f2", 2))
+	batch := &Batch{
+		Changes:  []Change{post("carol", "p1", 10), post("dave", "d1", 11)},
+		Accounts: []AccountStatus{{DID: did("carol"), Active: false, Status: "deactivated", TimeUS: 20}, {DID: did("dave"), Active: false, Status: "deleted", TimeUS: 21}},
+		Cursor:   StreamCursor{TimeUS: 21},
+	}
+	if _, err := s.ApplyBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if got := feedRKeys(t, s, "following", "alice", postNSID); len(got) != 0 {
+		t.Errorf("alice's feed = %v with carol deactivated and dave deleted", got)
+	}
+	// The rewind replays dave's post after his deletion.
+	apply(t, s, post("dave", "d1", 11))
+	if got := feedRKeys(t, s, "following", "alice", postNSID); len(got) != 0 {
+		t.Errorf("alice's feed = %v after a replay of a deleted account's post", got)
+	}
+	reactivate := &Batch{Accounts: []AccountStatus{{DID: did("carol"), Active: true, TimeUS: 30}}, Cursor: StreamCursor{TimeUS: 30}}
+	if _, err := s.ApplyBatch(ctx, reactivate); err != nil {
+		t.Fatal(err)
+	}
+	if got := feedRKeys(t, s, "following", "alice", postNSID); !slices.Equal(got, []string{"p1"}) {
+		t.Errorf("alice's feed = %v once carol is back, want [p1]", got)
+	}
+}

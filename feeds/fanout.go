@@ -44,7 +44,11 @@ var fanoutSQL = struct {
 	queue: `INSERT OR REPLACE INTO temp.pending_fanout (author_id, collection_id, sort_us, record_id) VALUES (?, ?, ?, ?)`,
 	// apply is the one statement that turns target writes into feed rows:
 	// every lane carrying the collection, joined with every follower of the
-	// author through follows_by_subject, written in primary-key order. Who
+	// author through follows_by_subject, written in primary-key order. An
+	// inactive author's records are stored but reach no feed: a batch
+	// applies its account events first, so a post and the author's
+	// deactivation in one batch (or a replayed post of a deleted account)
+	// must not fan out; a reactivation merges them (applyAccount). Who
 	// counts as a recipient is decided here and nowhere else (see
 	// audience.go). Duplicate follow records of one subject collapse on the
 	// primary key. CROSS JOIN fixes the loop order: the temp table has no
@@ -54,6 +58,7 @@ var fanoutSQL = struct {
 		FROM temp.pending_fanout p
 		CROSS JOIN records r ON r.id = p.record_id AND r.actor_id = p.author_id
 			AND r.collection_id = p.collection_id AND r.sort_us = p.sort_us
+		CROSS JOIN actors a ON a.id = p.author_id AND a.active = 1
 		CROSS JOIN feed_targets t ON t.collection_id = p.collection_id AND t.enabled = 1
 		CROSS JOIN follows f ON f.subject_id = p.author_id AND f.collection_id = t.follow_collection_id
 		WHERE f.actor_id <> p.author_id`, // + audienceFilter(…) + fanoutOrder
