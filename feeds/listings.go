@@ -227,8 +227,15 @@ func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, now time.T
 	}
 	indexed := listedIndexTime(r, now)
 	c := Change{TimeUS: indexed, CreatedAtUS: r.CreatedAtUS}
+	// Retention ages a record by its indexed time against the stream's.
+	// A listed record is stored now, in stream time, whatever its own
+	// time: a post older than the retention window would otherwise be
+	// retired at the next lap, before the first read or merge that
+	// listed it put it into a feed, and the listing would end complete
+	// with a hole.
+	retainFrom := max(indexed, w.s.Cursor().TimeUS)
 	id, _, err = w.insert(w.s.stmts.insertRecord, actorID, collID, string(r.RKey), r.CID, "",
-		c.SortKey(), indexed, r.CreatedAtUS, string(r.Value))
+		c.SortKey(), retainFrom, r.CreatedAtUS, string(r.Value))
 	if err != nil {
 		return false, fmt.Errorf("insert listed record: %w", err)
 	}

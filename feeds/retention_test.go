@@ -1,10 +1,14 @@
 package feeds
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 const hourUS = int64(time.Hour / time.Microsecond)
@@ -230,4 +234,33 @@ func TestIncrementalVacuumReturnsFreedPages(t *testing.T) {
 		t.Fatalf("after %d ticks: %d pages (peak %d), %d free, %d vacuumed", ticks, pages, peak, free, vacuumed)
 	}
 	t.Logf("%d ticks: %d → %d pages, %d vacuumed, %d left free", ticks, peak, pages, vacuumed, free)
+}
+
+// A listed record older than the retention window is kept for the window
+// from when it was listed: retired at the next lap, it would be gone
+// before the first read that listed it merged it into a feed, and the
+// listing would end complete with a hole.
+func TestAListedOldRecordOutlivesTheLapAfterIt(t *testing.T) {
+	s := openSweep(t, t.TempDir()+"/appview.db", defaultFeeds, SweepOptions{Retention: time.Hour, TombstoneWindow: time.Hour})
+	apply(t, s, follow("v", "carol", "f", 1), post("bob", "now", 3*hourUS)) // the stream is at 3 h
+	old := ListedRecord{
+		RKey: syntax.RecordKey(syntax.NewTID(1, 0)), CID: "bafyold", // written at the epoch
+		Value: json.RawMessage(`{"$type":"app.bsky.feed.post","text":"old"}`),
+	}
+	page := &ListingPage{Account: did("carol"), Collection: postNSID, Records: []ListedRecord{old}, To: Listing{Round: 1, Page: 1, Cursor: "c1"}}
+	if _, err := s.ApplyListingPage(context.Background(), page, t0.Add(1000*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if r := tick(t, s, t0.Add(1000*time.Hour), false); r.RecordsRetired != 0 {
+		t.Fatalf("retired %d records: the listed post went before any feed could hold it", r.RecordsRetired)
+	}
+	if got := storedRKeys(t, s, "records"); !slices.Contains(got, string(old.RKey)) {
+		t.Fatalf("records = %v, want the listed post kept", got)
+	}
+	// A window later (stream time), no feed holding it, it goes.
+	apply(t, s, post("bob", "later", 3*hourUS+2*hourUS))
+	tick(t, s, t0.Add(1001*time.Hour), false)
+	if got := storedRKeys(t, s, "records"); slices.Contains(got, string(old.RKey)) {
+		t.Fatalf("records = %v: the listed post outlived a whole window past its listing", got)
+	}
 }
