@@ -16,8 +16,21 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 		return err
 	}
 	var wasActive bool
-	if _, err := w.queryRow(w.s.stmts.actorActive, []any{id}, &wasActive); err != nil {
+	var statusUS int64
+	if _, err := w.queryRow(w.s.stmts.actorStatus, []any{id}, &wasActive, &statusUS); err != nil {
 		return fmt.Errorf("read account status: %w", err)
+	}
+	if a.TimeUS > 0 && a.TimeUS <= statusUS {
+		// A replay (the reconnect rewind) of an event applied already,
+		// or one older than it: account events carry no revision, and
+		// applying an old deactivation again would hide the author anew.
+		w.res.Duplicates++
+		return nil
+	}
+	if a.TimeUS > 0 {
+		if _, err := w.tx.ExecContext(w.ctx, `UPDATE actors SET status_us = ? WHERE id = ?`, a.TimeUS, id); err != nil {
+			return fmt.Errorf("record account status time: %w", err)
+		}
 	}
 	if a.Active {
 		// A listing its PDS answered "gone" (deactivated, taken down) is

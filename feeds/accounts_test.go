@@ -139,3 +139,38 @@ func TestAnInactiveAuthorsPostsDoNotFanOut(t *testing.T) {
 		t.Errorf("alice's feed = %v once carol is back, want [p1]", got)
 	}
 }
+
+// Account events carry no revision, and the reconnect rewind replays
+// them: a replayed deactivation and reactivation must change nothing,
+// where applying them again hid the author and merged back only its
+// newest merge_limit posts.
+func TestAReplayedAccountEventChangesNothing(t *testing.T) {
+	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 2, Targets: []Target{{Collection: postNSID, Cap: 200}}}}
+	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: feeds})
+	ctx := context.Background()
+	register(t, s, "alice", "following")
+	apply(t, s, follow("alice", "carol", "f1", 1))
+	stream := &Batch{
+		Accounts: []AccountStatus{
+			{DID: did("carol"), Active: false, Status: "deactivated", TimeUS: 10},
+			{DID: did("carol"), Active: true, TimeUS: 11},
+		},
+		Cursor: StreamCursor{TimeUS: 11},
+	}
+	if _, err := s.ApplyBatch(ctx, stream); err != nil {
+		t.Fatal(err)
+	}
+	posts := []Change{post("carol", "p1", 12), post("carol", "p2", 13), post("carol", "p3", 14), post("carol", "p4", 15)}
+	apply(t, s, posts...)
+	want := []string{"p4", "p3", "p2", "p1"}
+	if got := feedRKeys(t, s, "following", "alice", postNSID); !slices.Equal(got, want) {
+		t.Fatalf("alice's feed = %v, want %v", got, want)
+	}
+	replay := &Batch{Accounts: stream.Accounts, Changes: posts, Cursor: StreamCursor{TimeUS: 15}}
+	if _, err := s.ApplyBatch(ctx, replay); err != nil {
+		t.Fatal(err)
+	}
+	if got := feedRKeys(t, s, "following", "alice", postNSID); !slices.Equal(got, want) {
+		t.Errorf("alice's feed after the replay = %v, want %v", got, want)
+	}
+}

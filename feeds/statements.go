@@ -18,7 +18,7 @@ var writeSQL = struct {
 	tombstoneByKey, upsertTombstone, deleteTombstone      string
 	merge, unmerge, unfeedRecord, unfeedAuthor            string
 	viewerOfFollows, viewerOfFeed, followedByAnyone       string
-	actorActive, listingByKey, wantListing                string
+	actorActive, actorStatus, listingByKey, wantListing   string
 	insertField, deleteFields                             string
 }{
 	// insertField stores one extracted field value (fields_store.go); an
@@ -34,6 +34,9 @@ var writeSQL = struct {
 		ON CONFLICT (actor_id, collection_id) DO UPDATE SET next_retry_us = 1
 		WHERE complete = 0 AND gone = 0 AND next_retry_us = 0`,
 	actorActive: `SELECT active FROM actors WHERE id = ?`,
+	// actorStatus: whether the actor is active, and the stream time of the
+	// last account event applied to it (schema 0010).
+	actorStatus: `SELECT active, status_us FROM actors WHERE id = ?`,
 	// viewerOfFollows: is the actor a registered viewer of any feed built
 	// from this follow collection? Decides whether its follows are stored.
 	viewerOfFollows: `SELECT 1 FROM viewers v JOIN feed_targets t ON t.feed = v.feed
@@ -117,7 +120,7 @@ type statements struct {
 	tombstoneByKey, upsertTombstone, deleteTombstone      *sql.Stmt
 	merge, unmerge, unfeedRecord, unfeedAuthor            *sql.Stmt
 	viewerOfFollows, viewerOfFeed, followedByAnyone       *sql.Stmt
-	actorActive, listingByKey, wantListing                *sql.Stmt
+	actorActive, actorStatus, listingByKey, wantListing   *sql.Stmt
 	insertField, deleteFields                             *sql.Stmt
 	fan                                                   *fanoutStatements // fanout.go
 }
@@ -140,6 +143,7 @@ func prepareStatements(ctx context.Context, db *sql.DB, audienceImplied bool) (*
 		{&st.merge, writeSQL.merge},
 		{&st.viewerOfFollows, writeSQL.viewerOfFollows}, {&st.viewerOfFeed, writeSQL.viewerOfFeed},
 		{&st.followedByAnyone, writeSQL.followedByAnyone}, {&st.actorActive, writeSQL.actorActive},
+		{&st.actorStatus, writeSQL.actorStatus},
 		{&st.listingByKey, writeSQL.listingByKey}, {&st.wantListing, writeSQL.wantListing},
 		{&st.unmerge, writeSQL.unmerge}, {&st.unfeedRecord, writeSQL.unfeedRecord},
 		{&st.unfeedAuthor, writeSQL.unfeedAuthor},
