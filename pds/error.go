@@ -138,8 +138,15 @@ func classify(status int, header http.Header, body []byte, hadCursor bool, now t
 		// plain InvalidRequest "Could not find repo: <repo>".
 		status == http.StatusBadRequest && env.Error == "InvalidRequest" && strings.HasPrefix(env.Message, "Could not find repo"):
 		e.Kind = KindRepoGone
-	case env.Error == "RecordNotFound" || status == http.StatusNotFound:
+	case env.Error == "RecordNotFound" || (status == http.StatusNotFound && env.Error != ""):
+		// A 404 is the record's absence only when the PDS says so in an
+		// XRPC error. A bare one (an HTML page, an empty body) comes from
+		// a proxy or a PDS being deployed: taken as "not found", it would
+		// delete a stored record (notifyOfUpdate) or store "no profile"
+		// for good. It is an upstream failure, retried.
 		e.Kind = KindNotFound
+	case status == http.StatusNotFound:
+		e.Kind = KindUpstream
 	case status == http.StatusTooManyRequests || env.Error == "RateLimitExceeded":
 		e.Kind = KindRateLimited
 		e.RetryAfter = retryAfter(header, now)

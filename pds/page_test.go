@@ -96,7 +96,9 @@ func TestClassify(t *testing.T) {
 		{404, env("RepoNotFound", ""), false, KindRepoGone},
 		{400, env("InvalidRequest", "Could not find repo: did:plc:x"), true, KindRepoGone},
 		{400, env("RecordNotFound", "Could not locate record"), false, KindNotFound},
-		{404, []byte("<html>"), false, KindNotFound},
+		{404, env("NotFound", "no such record"), false, KindNotFound},
+		{404, []byte("<html>"), false, KindUpstream}, // a proxy's, not the PDS's
+		{404, nil, false, KindUpstream},
 		{429, nil, false, KindRateLimited},
 		{400, env("RateLimitExceeded", ""), false, KindRateLimited},
 		{500, env("InternalServerError", ""), false, KindUpstream},
