@@ -295,7 +295,7 @@ func OpenStore(ctx context.Context, cfg Config) (*feeds.Store, error) {
 	}
 	storeFeeds, _ := feedDefinitions(cfg)
 	return feeds.Open(ctx, feeds.Options{Path: cfg.Database.Path, Feeds: storeFeeds, IndexAll: cfg.Ingest.IndexAll,
-		Profiles: cfg.Hydration.Profiles, ReadConns: 1})
+		Profiles: cfg.Hydration.Profiles, ReadConns: 1, Existing: true})
 }
 
 // recordSession keeps every Jetstream connection as a sync run: host,

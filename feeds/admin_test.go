@@ -191,3 +191,37 @@ func TestTargetNewToItsFeedRebuildsItsViewersEvenIfStored(t *testing.T) {
 		t.Error("art's lane was enabled again, and bob is still complete")
 	}
 }
+
+// An operator command opens the database with Existing: a config whose
+// feeds differ from the stored ones is refused and changes nothing, where
+// it used to disable the running daemon's lanes; the same feeds open; a
+// new database takes the command's feeds.
+func TestAnOperatorCommandLeavesTheFeedDefinitions(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	ctx := context.Background()
+	mine := []Feed{{Name: "mine", FollowCollection: followNSID, MergeLimit: 100, Targets: []Target{{Collection: postNSID, Cap: 200}}}}
+	daemon := mustOpenWith(t, Options{Path: path, Feeds: mine})
+	if _, err := Open(ctx, Options{Path: path, Feeds: defaultFeeds, Existing: true}); !errors.Is(err, ErrFeedsDiffer) {
+		t.Fatalf("a command with other feeds: %v, want ErrFeedsDiffer", err)
+	}
+	if n := count(t, daemon, `SELECT count(*) FROM feed_targets WHERE feed = 'mine' AND enabled = 1`); n != 1 {
+		t.Errorf("the daemon's lane is no longer enabled")
+	}
+	if n := count(t, daemon, `SELECT count(*) FROM feed_targets WHERE feed <> 'mine'`); n != 0 {
+		t.Errorf("the command's feeds were written")
+	}
+	same, err := Open(ctx, Options{Path: path, Feeds: mine, Existing: true})
+	if err != nil {
+		t.Fatalf("a command with the daemon's feeds: %v", err)
+	}
+	same.Close()
+
+	fresh, err := Open(ctx, Options{Path: t.TempDir() + "/new.db", Feeds: mine, Existing: true})
+	if err != nil {
+		t.Fatalf("a command on a new database: %v", err)
+	}
+	defer fresh.Close()
+	if n := count(t, fresh, `SELECT count(*) FROM feed_targets WHERE feed = 'mine' AND enabled = 1`); n != 1 {
+		t.Errorf("a new database did not take the command's feeds")
+	}
+}

@@ -3,6 +3,7 @@ package feeds
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -18,12 +19,21 @@ import (
 // the feed's viewers are marked for a rebuild (rebuildViewersOf). That
 // holds even where the collection was already stored for another feed, so
 // the stream's scope did not change (CheckScope).
-func (s *Store) syncLanes(ctx context.Context, feeds []Feed) error {
+//
+// keep (Options.Existing) leaves stored definitions as they are: the
+// lanes are loaded the same way, in a transaction that is rolled back,
+// and ErrFeedsDiffer says if the configured feeds would have changed them.
+// A database with none stored takes the configured ones.
+func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
+	before, err := laneDefinitions(ctx, tx)
+	if err != nil {
+		return err
+	}
 	enabled := map[laneKey]bool{}
 	rows, err := tx.QueryContext(ctx, `
 		SELECT t.feed, c.nsid FROM feed_targets t JOIN collections c ON c.id = t.collection_id
@@ -96,12 +106,51 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed) error {
 	if err := s.syncFields(ctx, tx, feeds); err != nil {
 		return fmt.Errorf("sync fields: %w", err)
 	}
+	if keep && before != laneDefinitionsNone {
+		after, err := laneDefinitions(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if after != before {
+			return ErrFeedsDiffer
+		}
+		return nil // rolled back: nothing was written
+	}
 	for _, feed := range gained {
 		if err := s.rebuildViewersOf(ctx, tx, feed); err != nil {
 			return err
 		}
 	}
 	return tx.Commit()
+}
+
+// ErrFeedsDiffer is returned by Open with Options.Existing when the
+// configured feeds (targets, caps, merge limits, fields) are not the ones
+// the database holds: the command was given another config than the
+// daemon's.
+var ErrFeedsDiffer = errors.New("the config's feeds differ from those the database holds: use the daemon's config")
+
+// laneDefinitionsNone is what laneDefinitions says of a database that
+// holds no feed definition yet.
+const laneDefinitionsNone = "/"
+
+// laneDefinitions is every stored feed definition, lanes and fields, as
+// one string to compare.
+func laneDefinitions(ctx context.Context, tx *sql.Tx) (string, error) {
+	var defs string
+	err := tx.QueryRowContext(ctx, `SELECT
+		(SELECT coalesce(group_concat(d, ';'), '') FROM (
+			SELECT concat_ws('|', t.feed, c.nsid, f.nsid, t.cap, t.merge_limit, t.enabled) AS d
+			FROM feed_targets t JOIN collections c ON c.id = t.collection_id
+			JOIN collections f ON f.id = t.follow_collection_id ORDER BY t.id))
+		|| '/' ||
+		(SELECT coalesce(group_concat(d, ';'), '') FROM (
+			SELECT concat_ws('|', id, collection_id, path, kind, enabled, backlog_after_id, backlog_end_id) AS d
+			FROM record_field_defs ORDER BY id))`).Scan(&defs)
+	if err != nil {
+		return "", fmt.Errorf("read feed definitions: %w", err)
+	}
+	return defs, nil
 }
 
 // rebuildViewersOf marks every viewer of a feed that gained a lane for a

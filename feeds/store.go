@@ -56,6 +56,14 @@ type Options struct {
 	RecordCacheMB int
 	// ReadConns is the size of the read pool serving feed pages.
 	ReadConns int
+	// Existing opens the database for an operator command next to a
+	// daemon that may be running on it: Feeds must match the feed
+	// definitions the database holds (ErrFeedsDiffer), which are left as
+	// they are. Opening writes the configured definitions otherwise
+	// (syncLanes), and a command run with another config would disable
+	// the running daemon's lanes. A database that holds none yet (a new
+	// file) takes them, as the daemon would.
+	Existing bool
 	// IndexAll makes every account whose follows are stored a viewer of
 	// every feed. Otherwise only registered viewers (those who read their
 	// feed) receive fan-out, and only their follows and the targets of
@@ -308,7 +316,7 @@ func (s *Store) init(ctx context.Context, opts Options) error {
 	if err := schema.Migrate(ctx, s.writer); err != nil {
 		return fmt.Errorf("migrate database: %w", err)
 	}
-	if err := s.syncLanes(ctx, opts.Feeds); err != nil {
+	if err := s.syncLanes(ctx, opts.Feeds, opts.Existing); err != nil {
 		return fmt.Errorf("sync feeds: %w", err)
 	}
 	if err := s.loadViewers(ctx); err != nil {
