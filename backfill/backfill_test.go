@@ -36,6 +36,8 @@ type world struct {
 	clock time.Time
 	// gate, when set, sees every PDS and PLC request before it is sent.
 	gate atomic.Value // func(*http.Request)
+	// stop ends the service's Run and waits for it to return.
+	stop func()
 }
 
 type gatedTransport struct {
@@ -85,7 +87,8 @@ func newWorld(t *testing.T, cfg Config) *world {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { w.svc.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	w.stop = func() { cancel(); <-done }
+	t.Cleanup(w.stop)
 	return w
 }
 
@@ -354,5 +357,33 @@ func TestViewerWaitsForItsListingWithoutUsingAttempts(t *testing.T) {
 	w.svc.Ensure(ctx, viewer, "following", "test")
 	if got := w.page(t, viewer, 10); len(got) != 1 {
 		t.Fatalf("feed once the listing was due again = %v, want 1 item", got)
+	}
+}
+
+// A daemon that stops while a first read runs waits for it to give its
+// claim back: otherwise the store closes under it, and after a restart
+// the viewer stays claimed, and its feed empty, for a lease.
+func TestStoppingWaitsForRunningFirstReadsToRelease(t *testing.T) {
+	w := newWorld(t, Config{FirstReadWait: 50 * time.Millisecond})
+	viewer := w.account("viewer")
+	acct := w.account("acct")
+	w.follow(viewer, acct, 1)
+	blocked := make(chan struct{})
+	var once sync.Once
+	w.gate.Store(func(r *http.Request) {
+		if r.URL.Query().Get("repo") == string(viewer) {
+			once.Do(func() { close(blocked) })
+			<-r.Context().Done() // the viewer's PDS hangs until shutdown
+		}
+	})
+	w.svc.Ensure(context.Background(), viewer, "following", "test") // returns after its wait; the run goes on
+	<-blocked
+	w.stop()
+	st, err := w.store.RegisterViewer(context.Background(), viewer, "following", w.clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ClaimOwner != "" {
+		t.Errorf("after the service stopped the viewer is still claimed by %s until %v", st.ClaimOwner, st.ClaimUntil)
 	}
 }

@@ -157,7 +157,9 @@ func (s *Service) start(key viewerKey, slot *queueSlot) (*firstRead, error) {
 	run := slot.take()
 	r := &firstRead{done: make(chan struct{})}
 	s.running[key] = r
+	s.runs.Add(1)
 	go func() {
+		defer s.runs.Done()
 		ctx, cancel := context.WithTimeout(s.background(), s.cfg.RunTimeout)
 		defer cancel()
 		select {

@@ -130,6 +130,10 @@ type Service struct {
 	// paused holds PDS hosts that answered 429, until when (hostpause.go).
 	paused map[string]time.Time
 
+	// runs tracks the first reads started in the background (start), so
+	// Run returns only once they gave their claims back.
+	runs sync.WaitGroup
+
 	queue chan feeds.FollowEdge
 	// bg is the daemon's lifetime: background runs outlive the request
 	// that started them.
@@ -145,6 +149,10 @@ type accountKey struct {
 	account    syntax.DID
 	collection syntax.NSID
 }
+
+// firstReadStopWait bounds Run's wait for the first reads running when it
+// stops.
+const firstReadStopWait = 10 * time.Second
 
 // New builds a Service; call Run to start its background workers.
 func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, fs []Feed, log *slog.Logger, m *Metrics) *Service {
@@ -208,6 +216,17 @@ func (s *Service) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	// The first reads running end with ctx, each giving its claim back
+	// (runFirstRead): waited for, so the store is not closed under them
+	// and a restarted daemon does not find its viewers claimed for a
+	// lease. Bounded: a release takes 5 s at most.
+	ended := make(chan struct{})
+	go func() { s.runs.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(firstReadStopWait):
+		s.log.Warn("first reads still running at shutdown", "waited", firstReadStopWait)
+	}
 	return nil
 }
 
