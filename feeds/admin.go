@@ -1,6 +1,7 @@
 package feeds
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,9 +24,20 @@ type AuditEntry struct {
 	At                             time.Time
 }
 
+// ErrResetToFuture refuses a stream cursor reset past now: the stored
+// cursor never moves back, so it would hold there, refusing every batch,
+// and a restart would resume at the live tip.
+var ErrResetToFuture = errors.New("cannot reset the stream cursor to a time in the future")
+
 // ResetJetstream moves the stream cursor to `to` (zero: forget it, so the
-// daemon starts at the live tip) and bumps its generation.
+// daemon starts at the live tip) and bumps its generation. A reset that
+// skips stream time (forward, or to the live tip) records it as a gap, in
+// the same transaction: every viewer is rebuilt from the PDSes, as after
+// downtime longer than the upstream keeps (RecordGap).
 func (s *Store) ResetJetstream(ctx context.Context, to time.Time, user string, now time.Time) (AuditEntry, error) {
+	if to.After(now) {
+		return AuditEntry{}, fmt.Errorf("%w: %s is after %s", ErrResetToFuture, to.Format(time.RFC3339), now.Format(time.RFC3339))
+	}
 	var e AuditEntry
 	err := s.write(ctx, func(w *txWriter) error {
 		cur, gen, err := readCursor(ctx, w.tx)
@@ -42,6 +54,12 @@ func (s *Store) ResetJetstream(ctx context.Context, to time.Time, user string, n
 			}
 		}
 		toUS := micros(to)
+		if resumeUS := cmp.Or(toUS, now.UnixMicro()); cur.TimeUS > 0 && resumeUS > cur.TimeUS {
+			gap := Gap{Detected: now, CursorUS: cur.TimeUS, Size: time.Duration(resumeUS-cur.TimeUS) * time.Microsecond}
+			if _, err := w.recordGap(gap); err != nil {
+				return err
+			}
+		}
 		if _, err := w.tx.ExecContext(ctx, `
 			UPDATE cursors SET time_us = ?2, seq = 0, host = '', generation = generation + 1, updated_us = ?3
 			WHERE kind = ?1`, cursorKindJetstream, toUS, now.UnixMicro()); err != nil {

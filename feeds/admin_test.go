@@ -225,3 +225,40 @@ func TestAnOperatorCommandLeavesTheFeedDefinitions(t *testing.T) {
 		t.Errorf("a new database did not take the command's feeds")
 	}
 }
+
+// A stream cursor reset that skips stream time records a gap, so the
+// viewers are rebuilt from the PDSes rather than left without what was
+// skipped; one back in time skips nothing; one into the future is
+// refused, as the cursor, which never moves back, would hold there.
+func TestAResetThatSkipsStreamTimeRecordsAGap(t *testing.T) {
+	s := openViewerMode(t)
+	ctx := context.Background()
+	now := time.Unix(10_000, 0)
+	register(t, s, "alice", "following")
+	if ok, err := s.ClaimFirstRead(ctx, did("alice"), "following", "me", now, time.Minute); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if _, err := s.CompleteFirstRead(ctx, did("alice"), "following", "me", now); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, post("bob", "p1", 5_000_000_000)) // the stream at 5,000 s
+	if _, err := s.ResetJetstream(ctx, now.Add(time.Second), "ops", now); !errors.Is(err, ErrResetToFuture) {
+		t.Fatalf("reset into the future: %v, want ErrResetToFuture", err)
+	}
+	if _, err := s.ResetJetstream(ctx, time.Unix(4_000, 0), "ops", now); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, _ := s.LastGap(ctx); found {
+		t.Fatal("a reset back in time recorded a gap")
+	}
+	if _, err := s.ResetJetstream(ctx, time.Time{}, "ops", now); err != nil { // to the live tip
+		t.Fatal(err)
+	}
+	g, found, err := s.LastGap(ctx)
+	if err != nil || !found || g.CursorUS != 4_000_000_000 || g.Size != 6_000*time.Second {
+		t.Fatalf("gap %+v %v %v, want the 6,000 s from the reset cursor to now", g, found, err)
+	}
+	if st, _ := s.RegisterViewer(ctx, did("alice"), "following", now); st.Complete {
+		t.Error("alice is still complete after a reset skipped stream time")
+	}
+}

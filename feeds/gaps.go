@@ -25,27 +25,32 @@ type Gap struct {
 func (s *Store) RecordGap(ctx context.Context, g Gap) (bool, error) {
 	recorded := false
 	err := s.write(ctx, func(w *txWriter) error {
-		var n int
-		if err := w.tx.QueryRowContext(ctx, `SELECT count(*) FROM gaps WHERE cursor_us = ?`, g.CursorUS).Scan(&n); err != nil {
-			return fmt.Errorf("check gaps: %w", err)
-		}
-		if n > 0 {
-			return nil
-		}
-		for _, q := range []string{
-			`INSERT INTO gaps (detected_us, cursor_us, size_us) VALUES (?1, ?2, ?3)`,
-			`UPDATE viewers SET state = 'pending', attempts = 0, next_retry_us = 0 WHERE state = 'complete'`,
-			`UPDATE listings SET ` + reopenListing + `,
-				attempts = 0, next_retry_us = 0 WHERE complete = 1`,
-		} {
-			if _, err := w.tx.ExecContext(ctx, q, g.Detected.UnixMicro(), g.CursorUS, g.Size.Microseconds()); err != nil {
-				return fmt.Errorf("record gap: %w", err)
-			}
-		}
-		recorded = true
-		return nil
+		var err error
+		recorded, err = w.recordGap(g)
+		return err
 	})
 	return recorded, err
+}
+
+func (w *txWriter) recordGap(g Gap) (bool, error) {
+	var n int
+	if err := w.tx.QueryRowContext(w.ctx, `SELECT count(*) FROM gaps WHERE cursor_us = ?`, g.CursorUS).Scan(&n); err != nil {
+		return false, fmt.Errorf("check gaps: %w", err)
+	}
+	if n > 0 {
+		return false, nil
+	}
+	for _, q := range []string{
+		`INSERT INTO gaps (detected_us, cursor_us, size_us) VALUES (?1, ?2, ?3)`,
+		`UPDATE viewers SET state = 'pending', attempts = 0, next_retry_us = 0 WHERE state = 'complete'`,
+		`UPDATE listings SET ` + reopenListing + `,
+			attempts = 0, next_retry_us = 0 WHERE complete = 1`,
+	} {
+		if _, err := w.tx.ExecContext(w.ctx, q, g.Detected.UnixMicro(), g.CursorUS, g.Size.Microseconds()); err != nil {
+			return false, fmt.Errorf("record gap: %w", err)
+		}
+	}
+	return true, nil
 }
 
 // LastGap returns the newest recorded gap, if any.
