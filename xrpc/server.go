@@ -179,6 +179,8 @@ type Server struct {
 	scanLimit int
 	// actorTimeout bounds a handle actor's resolution (actorLookupTimeout).
 	actorTimeout time.Duration
+	// inflight counts the handlers running (track), for Shutdown.
+	inflight sync.WaitGroup
 
 	// getFeedPath is the full request path of getFeed, "/xrpc/<ns>.getFeed".
 	getFeedPath string
@@ -236,7 +238,7 @@ func NewServer(cfg Config) *Server {
 	// key of its own rate limit.
 	e.IPExtractor = echo.ExtractIPDirect()
 	// Metrics outermost so that recovered panics are counted as 500s.
-	e.Use(s.measure, s.recoverPanics)
+	e.Use(s.track, s.measure, s.recoverPanics)
 	e.Any("/xrpc/*", s.dispatch)
 	e.GET(readyPath, readyHandler(cfg.Ready))
 	e.GET(lexiconRoute, lexiconHandler(cfg.Namespace))
@@ -318,8 +320,43 @@ func (s *Server) Serve(l net.Listener) error {
 
 // Shutdown stops accepting connections and waits for in-flight requests
 // until ctx ends.
+//
+// A handler still running when ctx ends (a notifyOfUpdate fetching from
+// slow PDSes) is not waited for beyond it: the connections are closed,
+// which cancels the requests' contexts, and Shutdown waits a little more
+// for the handlers to return, so that nothing writes to the store once
+// the caller closes it. That ends the shutdown cleanly, logged, rather
+// than failing the daemon's stop.
 func (s *Server) Shutdown(ctx context.Context) error {
-	return s.http.Shutdown(ctx)
+	err := s.http.Shutdown(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	s.logger.Warn("requests still running at shutdown: closing their connections")
+	if err := s.http.Close(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(handlerStopWait):
+		return fmt.Errorf("handlers still running %v after their connections closed", handlerStopWait)
+	}
+}
+
+// handlerStopWait bounds Shutdown's wait for handlers whose connections
+// it closed.
+const handlerStopWait = 10 * time.Second
+
+// track counts the handlers running, for Shutdown.
+func (s *Server) track(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		s.inflight.Add(1)
+		defer s.inflight.Done()
+		return next(c)
+	}
 }
 
 // route is the closed set of things a request can be, used both to

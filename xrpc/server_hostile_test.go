@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,4 +266,47 @@ func (b *blockingReader) ReadFeed(ctx context.Context, q feeds.PageQuery) (feeds
 	}
 	<-b.release
 	return b.next.ReadFeed(ctx, q)
+}
+
+// ctxReader holds every read until its request's context ends, as a slow
+// upstream call would, and says when it has returned.
+type ctxReader struct {
+	entered  chan struct{}
+	returned atomic.Bool
+}
+
+func (r *ctxReader) ReadFeed(ctx context.Context, q feeds.PageQuery) (feeds.Page, error) {
+	r.entered <- struct{}{}
+	<-ctx.Done()
+	time.Sleep(50 * time.Millisecond) // still at work a moment after
+	r.returned.Store(true)
+	return feeds.Page{}, ctx.Err()
+}
+
+// A handler still running when the shutdown's time is up does not fail
+// the shutdown: its connection is closed, which ends its request, and
+// Shutdown returns once it has returned, so nothing runs on after the
+// caller closes the store.
+func TestShutdownPastItsDeadlineEndsTheHandlers(t *testing.T) {
+	r := &ctxReader{entered: make(chan struct{}, 1)}
+	s := NewServer(testConfig(r))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(l)
+	go func() {
+		if res, err := http.Get("http://" + l.Addr().String() + getFeedURL + "?feed=following&actor=" + string(alice)); err == nil {
+			res.Body.Close()
+		}
+	}()
+	<-r.entered
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if !r.returned.Load() {
+		t.Error("Shutdown returned while a handler was still running")
+	}
 }
