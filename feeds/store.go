@@ -97,8 +97,11 @@ type Store struct {
 	path         string // of the database file; its WAL is path + "-wal"
 	// walPages is the writer's wal_autocheckpoint (wal.go).
 	walPages int
-	log      *slog.Logger
-	metrics  *Metrics
+	// walRetryAt is the WAL size below which a RESTART that could not
+	// complete is not tried again (boundWAL; writer state, under writeMu).
+	walRetryAt int64
+	log        *slog.Logger
+	metrics    *Metrics
 
 	lanes         []lane
 	laneByKey     map[laneKey]*lane
@@ -291,7 +294,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 // gets it; a PRAGMA run on a pool reaches one connection only.
 func dsn(path string, readOnly bool) string {
 	q := url.Values{}
-	q.Add("_pragma", "busy_timeout(5000)")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeoutMS))
 	q.Add("_pragma", "journal_mode(wal)")
 	q.Add("_pragma", "synchronous(normal)")
 	q.Add("_pragma", "foreign_keys(on)")
@@ -304,6 +307,10 @@ func dsn(path string, readOnly bool) string {
 	}
 	return "file:" + path + "?" + q.Encode()
 }
+
+// busyTimeoutMS is how long a connection waits for a lock held by
+// another.
+const busyTimeoutMS = 5000
 
 func (s *Store) init(ctx context.Context, opts Options) error {
 	var mode string
