@@ -65,8 +65,10 @@ func (c Config) Validate() error {
 	if js.ReadTimeout <= 0 {
 		fail("jetstream.read_timeout", "must be positive")
 	}
-	if js.QueueSize <= 0 {
-		fail("jetstream.queue_size", "must be positive")
+	if js.QueueSize <= 0 || js.QueueSize > 1_000_000 {
+		// A channel of events is allocated whole at start: a huge value
+		// would end the process out of memory instead of with this error.
+		fail("jetstream.queue_size", "must be between 1 and 1000000")
 	}
 	if js.RetentionWindow <= 0 {
 		fail("jetstream.retention_window", "must be positive")
