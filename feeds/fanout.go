@@ -78,13 +78,11 @@ type fanoutStatements struct {
 	queue, apply, applyOne, grown, clear *sql.Stmt
 }
 
-// prepareFanout creates the connection's pending table and prepares the
-// statements on it. db must be the single-connection writer pool: a TEMP
-// table exists on the connection that created it only.
+// prepareFanout prepares the statements on the pending table. db must be
+// the writer pool, whose connections make the table as they open
+// (writer_conn.go): a TEMP table exists on the connection that created it
+// only.
 func prepareFanout(ctx context.Context, db *sql.DB, audienceImplied bool) (*fanoutStatements, error) {
-	if _, err := db.ExecContext(ctx, fanoutSQL.createPending); err != nil {
-		return nil, fmt.Errorf("create pending fan-out table: %w", err)
-	}
 	var st fanoutStatements
 	for _, p := range []struct {
 		dst **sql.Stmt

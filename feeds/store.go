@@ -234,10 +234,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		// Takes effect only on a new file, before the first table.
 		writerDSN += "&_pragma=auto_vacuum(incremental)"
 	}
-	writer, err := sql.Open("sqlite", writerDSN)
-	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
-	}
+	writer := sql.OpenDB(writerConnector(writerDSN))
 	writer.SetMaxOpenConns(1)
 	writer.SetMaxIdleConns(1)
 	writer.SetConnMaxLifetime(0)

@@ -37,6 +37,11 @@ func (s *Store) boundWAL(ctx context.Context) {
 	if err != nil || fi.Size() < max(threshold, s.walRetryAt) {
 		return
 	}
+	// Not cut short by the caller's context (a request's, a first
+	// read's): an interrupted statement makes database/sql replace the
+	// writer connection, and a restore not run would leave the short busy
+	// timeout in place. restartBusyMS bounds the wait anyway.
+	ctx = context.WithoutCancel(ctx)
 	var busy, frames, copied int
 	_, err = s.writer.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, restartBusyMS))
 	if err == nil {

@@ -1,0 +1,37 @@
+package feeds
+
+import (
+	"context"
+	"database/sql/driver"
+
+	"modernc.org/sqlite"
+)
+
+// The writer pool holds one connection, and state that lives on a
+// connection, the fan-out's TEMP table (fanout.go), must be there whatever
+// connection the pool holds. database/sql replaces a connection it finds
+// broken, such as one whose statement was interrupted because its
+// context ended; a replacement without the table failed every later
+// batch that fanned out, and the ingester stopped the daemon. So every
+// writer connection makes the table as it opens.
+
+// writerConnector opens writer connections on a driver of their own,
+// whose connection hook makes the TEMP table.
+func writerConnector(dsn string) driver.Connector {
+	drv := &sqlite.Driver{}
+	drv.RegisterConnectionHook(func(c sqlite.ExecQuerierContext, _ string) error {
+		_, err := c.ExecContext(context.Background(), fanoutSQL.createPending, nil)
+		return err
+	})
+	return dsnConnector{drv: drv, dsn: dsn}
+}
+
+// dsnConnector is a driver.Connector for a driver and a DSN.
+type dsnConnector struct {
+	drv driver.Driver
+	dsn string
+}
+
+func (c dsnConnector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
+
+func (c dsnConnector) Driver() driver.Driver { return c.drv }
