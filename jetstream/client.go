@@ -290,7 +290,11 @@ func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Eve
 		gen := c.generation()
 		pos, rewind := c.resumeFrom(url, resume())
 		res, err := c.session(ctx, url, pos, rewind, gen, out)
-		c.lastSpan = time.Duration(res.maxUS-res.minUS) * time.Microsecond
+		if res.delivered > 0 {
+			// A session that delivered nothing (a refused or dropped
+			// dial) says nothing about what the connection carries.
+			c.lastSpan = time.Duration(res.maxUS-res.minUS) * time.Microsecond
+		}
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -665,3 +665,41 @@ func TestClientBoundsTheQueuedBytes(t *testing.T) {
 		t.Error("every event consumed, and the budget did not come back whole")
 	}
 }
+
+// A session that delivered nothing (a dial the host refused or dropped at
+// once, as a restarting host does) says nothing about how much the
+// connection carries: the next reconnect still rewinds by what the last
+// session that delivered carried, and gets the event sent out of order.
+func TestClientRewindOutlivesASessionThatDeliveredNothing(t *testing.T) {
+	const base int64 = 1795975610000000
+	l := newReplayLog(base, 6001) // 6 s of stream
+	lastUS := l.times[len(l.times)-1]
+	late, early := base+5_000_000, base+3_000_000
+	var srv *fakeServer
+	srv = newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if n == 1 {
+			return // dropped before sending anything
+		}
+		cursor, _ := strconv.ParseInt(srv.dials()[n].Get("cursor"), 10, 64)
+		for i, us := range l.times {
+			if us <= cursor || (n == 0 && us == early) {
+				continue
+			}
+			if !send(conn, l.frames[i]) || (n == 0 && us == late) {
+				return
+			}
+		}
+		holdOpen(conn)
+	})
+	h := startClient(t, Config{URLs: []string{srv.url}, Rewind: 5 * time.Second}, fixed(Position{}), 100)
+	seen := false
+	for ev := h.next(t); ev.TimeUS != lastUS; ev = h.next(t) {
+		if ev.TimeUS == early {
+			seen = true
+		}
+	}
+	if !seen {
+		t.Fatalf("dial cursors %s, %s: after a session that delivered nothing, the event sent out of order was skipped",
+			srv.dials()[1].Get("cursor"), srv.dials()[2].Get("cursor"))
+	}
+}
