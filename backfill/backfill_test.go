@@ -342,7 +342,7 @@ func TestViewerWaitsForItsListingWithoutUsingAttempts(t *testing.T) {
 	ctx := context.Background()
 	w.svc.Ensure(ctx, viewer, "following", "test")
 	for range 3 {
-		w.clock = w.clock.Add(2 * time.Second) // the viewer is due, its listing is not
+		w.advance(2 * time.Second) // the viewer is due, its listing is not
 		w.svc.Ensure(ctx, viewer, "following", "test")
 	}
 	st, err := w.store.RegisterViewer(ctx, viewer, "following", w.clock)
@@ -353,7 +353,7 @@ func TestViewerWaitsForItsListingWithoutUsingAttempts(t *testing.T) {
 		t.Errorf("viewer attempts = %d, want 1: only the request that met the 429 counts", st.Attempts)
 	}
 	w.pds.Fail(viewer, followNSID, pdstest.FaultNone)
-	w.clock = w.clock.Add(10 * time.Second)
+	w.advance(10 * time.Second)
 	w.svc.Ensure(ctx, viewer, "following", "test")
 	if got := w.page(t, viewer, 10); len(got) != 1 {
 		t.Fatalf("feed once the listing was due again = %v, want 1 item", got)

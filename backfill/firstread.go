@@ -148,6 +148,10 @@ func (s *Service) start(key viewerKey, slot *queueSlot) (*firstRead, error) {
 	if r, ok := s.running[key]; ok {
 		return r, nil
 	}
+	if s.stopping {
+		// Run is waiting for the runs to end: no new one joins them.
+		return nil, errStopping
+	}
 	if slot == nil {
 		var err error
 		if slot, err = s.admit.enqueue(); err != nil {
@@ -267,7 +271,7 @@ func (s *Service) holdClaim(ctx context.Context, key viewerKey) (stop func()) {
 				return
 			case <-t.C:
 			}
-			held, err := s.store.ClaimFirstRead(ctx, key.viewer, key.feed, s.owner, s.cfg.Now(), s.cfg.Lease)
+			held, err := s.store.RenewFirstRead(ctx, key.viewer, key.feed, s.owner, s.cfg.Now(), s.cfg.Lease)
 			if err != nil || !held {
 				if ctx.Err() == nil {
 					s.log.Warn("first-read claim not renewed", "viewer", key.viewer, "feed", key.feed, "err", err)

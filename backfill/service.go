@@ -131,8 +131,10 @@ type Service struct {
 	paused map[string]time.Time
 
 	// runs tracks the first reads started in the background (start), so
-	// Run returns only once they gave their claims back.
-	runs sync.WaitGroup
+	// Run returns only once they gave their claims back; stopping (under
+	// mu) refuses new ones meanwhile.
+	runs     sync.WaitGroup
+	stopping bool
 
 	queue chan feeds.FollowEdge
 	// bg is the daemon's lifetime: background runs outlive the request
@@ -153,6 +155,9 @@ type accountKey struct {
 // firstReadStopWait bounds Run's wait for the first reads running when it
 // stops.
 const firstReadStopWait = 10 * time.Second
+
+// errStopping refuses a first read asked for while the service stops.
+var errStopping = errors.New("first reads: the service is stopping")
 
 // New builds a Service; call Run to start its background workers.
 func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, fs []Feed, log *slog.Logger, m *Metrics) *Service {
@@ -216,6 +221,9 @@ func (s *Service) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
 	// The first reads running end with ctx, each giving its claim back
 	// (runFirstRead): waited for, so the store is not closed under them
 	// and a restarted daemon does not find its viewers claimed for a

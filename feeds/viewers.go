@@ -121,6 +121,30 @@ func (s *Store) ClaimFirstRead(ctx context.Context, viewer syntax.DID, feed, own
 	return claimed, err
 }
 
+// RenewFirstRead extends owner's claim on a first read to now+lease, if
+// owner still holds it: unlike ClaimFirstRead it never takes a claim that
+// was released, completed or taken over meanwhile.
+func (s *Store) RenewFirstRead(ctx context.Context, viewer syntax.DID, feed, owner string, now time.Time, lease time.Duration) (bool, error) {
+	held := false
+	err := s.write(ctx, func(w *txWriter) error {
+		id, found, err := w.existingActorID(viewer)
+		if err != nil || !found {
+			return err
+		}
+		r, err := w.tx.ExecContext(ctx, `
+			UPDATE viewers SET claim_until_us = ?4
+			WHERE actor_id = ?1 AND feed = ?2 AND claim_owner = ?3 AND state <> 'complete'`,
+			id, feed, owner, now.Add(lease).UnixMicro())
+		if err != nil {
+			return fmt.Errorf("renew first-read claim: %w", err)
+		}
+		n, _ := r.RowsAffected()
+		held = n == 1
+		return nil
+	})
+	return held, err
+}
+
 // ErrClaimLost means another run took the first-read claim over (our
 // lease ran out); the rows we wrote stay, since every write is idempotent.
 var ErrClaimLost = errors.New("first-read claim lost")

@@ -213,3 +213,34 @@ func TestMergeFolloweeAfterAnUnfollowAddsNothing(t *testing.T) {
 		t.Errorf("alice's feed = %v once she follows carol again, want [p1]", got)
 	}
 }
+
+// A renewal extends a claim its owner still holds, and takes none that was
+// released or taken over meanwhile (ClaimFirstRead would take a released
+// one).
+func TestRenewingAFirstReadClaimNeverTakesOne(t *testing.T) {
+	s := openViewerMode(t)
+	ctx := context.Background()
+	now := time.Unix(1_000, 0)
+	register(t, s, "alice", "following")
+	if ok, err := s.ClaimFirstRead(ctx, did("alice"), "following", "a", now, time.Minute); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if ok, err := s.RenewFirstRead(ctx, did("alice"), "following", "a", now.Add(50*time.Second), time.Minute); !ok || err != nil {
+		t.Fatalf("renewal of a held claim: %v %v", ok, err)
+	}
+	if st, _ := s.RegisterViewer(ctx, did("alice"), "following", now); !st.ClaimUntil.Equal(now.Add(110 * time.Second)) {
+		t.Errorf("claim until %v, want it extended to %v", st.ClaimUntil, now.Add(110*time.Second))
+	}
+	if err := s.ReleaseFirstRead(ctx, did("alice"), "following", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := s.RenewFirstRead(ctx, did("alice"), "following", "a", now, time.Minute); ok {
+		t.Error("a renewal took a released claim")
+	}
+	if ok, _ := s.ClaimFirstRead(ctx, did("alice"), "following", "b", now, time.Minute); !ok {
+		t.Fatal("b could not claim")
+	}
+	if ok, _ := s.RenewFirstRead(ctx, did("alice"), "following", "a", now, time.Minute); ok {
+		t.Error("a renewal took b's claim")
+	}
+}
