@@ -100,7 +100,22 @@ func (s *Store) FreshViewer(ctx context.Context, viewer syntax.DID, feed string,
 // claim, the holder's lease ran out (a crashed run), or owner already
 // holds it. A complete viewer cannot be claimed.
 func (s *Store) ClaimFirstRead(ctx context.Context, viewer syntax.DID, feed, owner string, now time.Time, lease time.Duration) (bool, error) {
-	claimed := false
+	return s.setClaim(ctx, viewer, feed, owner, now, lease,
+		`claim_owner = '' OR claim_owner = ?3 OR claim_until_us < ?4`)
+}
+
+// RenewFirstRead extends owner's claim on a first read to now+lease, if
+// owner still holds it: unlike ClaimFirstRead it never takes a claim that
+// was released, completed or taken over meanwhile.
+func (s *Store) RenewFirstRead(ctx context.Context, viewer syntax.DID, feed, owner string, now time.Time, lease time.Duration) (bool, error) {
+	return s.setClaim(ctx, viewer, feed, owner, now, lease, `claim_owner = ?3`)
+}
+
+// setClaim gives owner the claim until now+lease where the viewer is not
+// complete and cond holds (?3 is owner, ?4 now in unix microseconds), and
+// reports whether it did.
+func (s *Store) setClaim(ctx context.Context, viewer syntax.DID, feed, owner string, now time.Time, lease time.Duration, cond string) (bool, error) {
+	set := false
 	err := s.write(ctx, func(w *txWriter) error {
 		id, found, err := w.existingActorID(viewer)
 		if err != nil || !found {
@@ -108,41 +123,16 @@ func (s *Store) ClaimFirstRead(ctx context.Context, viewer syntax.DID, feed, own
 		}
 		r, err := w.tx.ExecContext(ctx, `
 			UPDATE viewers SET claim_owner = ?3, claim_until_us = ?5
-			WHERE actor_id = ?1 AND feed = ?2 AND state <> 'complete'
-			AND (claim_owner = '' OR claim_owner = ?3 OR claim_until_us < ?4)`,
+			WHERE actor_id = ?1 AND feed = ?2 AND state <> 'complete' AND (`+cond+`)`,
 			id, feed, owner, now.UnixMicro(), now.Add(lease).UnixMicro())
 		if err != nil {
 			return fmt.Errorf("claim first read: %w", err)
 		}
 		n, _ := r.RowsAffected()
-		claimed = n == 1
+		set = n == 1
 		return nil
 	})
-	return claimed, err
-}
-
-// RenewFirstRead extends owner's claim on a first read to now+lease, if
-// owner still holds it: unlike ClaimFirstRead it never takes a claim that
-// was released, completed or taken over meanwhile.
-func (s *Store) RenewFirstRead(ctx context.Context, viewer syntax.DID, feed, owner string, now time.Time, lease time.Duration) (bool, error) {
-	held := false
-	err := s.write(ctx, func(w *txWriter) error {
-		id, found, err := w.existingActorID(viewer)
-		if err != nil || !found {
-			return err
-		}
-		r, err := w.tx.ExecContext(ctx, `
-			UPDATE viewers SET claim_until_us = ?4
-			WHERE actor_id = ?1 AND feed = ?2 AND claim_owner = ?3 AND state <> 'complete'`,
-			id, feed, owner, now.Add(lease).UnixMicro())
-		if err != nil {
-			return fmt.Errorf("renew first-read claim: %w", err)
-		}
-		n, _ := r.RowsAffected()
-		held = n == 1
-		return nil
-	})
-	return held, err
+	return set, err
 }
 
 // ErrClaimLost means another run took the first-read claim over (our
