@@ -72,15 +72,20 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 	host := id.PDS
 	st = resumeAt(st, host)
 	restarted := false
+	// above is the lowest key of this run's previous page: the next page
+	// speaks for the keys under it. Unknown on a resumed round.
+	above, aboveKnown := "", st.Cursor == ""
 	for {
 		// A resumed listing asks only for what its limit has left.
 		limit := pageLimit(maxRecords, st.Fetched)
+		asOf := s.cfg.Now()
 		page, err := s.fetchPage(ctx, host, account, coll, limit, st.Cursor)
 		if err != nil {
 			if pds.KindOf(err) == pds.KindBadCursor && st.Cursor != "" && !restarted {
 				// The PDS no longer honours our cursor: restart the round once.
 				restarted = true
 				st = feeds.Listing{Host: host, Round: st.Round + 1, Attempts: st.Attempts}
+				above, aboveKnown = "", true
 				continue
 			}
 			if errors.Is(err, pds.ErrCursorTooLong) {
@@ -108,19 +113,26 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		// a short page (saving the empty page a PDS answers last), or
 		// enough records.
 		got := len(page.Records) + page.Skipped
-		done := page.Cursor == "" || page.Cursor == st.Cursor || got < limit ||
-			(maxRecords > 0 && next.Fetched >= maxRecords)
+		stuck := page.Cursor != "" && page.Cursor == st.Cursor
+		ended := page.Cursor == "" || got < limit
+		done := ended || stuck || (maxRecords > 0 && next.Fetched >= maxRecords)
 		if done {
 			next.Complete, next.Attempts, next.LastError, next.NextRetry = true, 0, "", time.Time{}
 		}
+		var span *feeds.KeySpan
+		if len(records) == len(page.Records) && page.Skipped == 0 && !stuck {
+			span = pageSpan(records, above, aboveKnown, ended, asOf)
+		}
+		above, aboveKnown = nextAbove(page.Records, above, aboveKnown)
 		failpoint.Hit(failpoint.BackfillBeforePage)
-		res, err := s.store.ApplyListingPage(ctx, &feeds.ListingPage{Account: account, Collection: coll, Records: records, To: next}, s.cfg.Now())
+		res, err := s.store.ApplyListingPage(ctx, &feeds.ListingPage{Account: account, Collection: coll, Records: records, To: next, Span: span}, s.cfg.Now())
 		if err != nil {
 			return err
 		}
 		failpoint.Hit(failpoint.BackfillAfterPage)
 		run.Pages++
 		run.Written += res.Written
+		s.metrics.removed(res.Removed)
 		if res.NotViewer || res.NotFollowed {
 			// The account no longer reads a feed these follows build, or
 			// no viewer follows it any more.
@@ -139,6 +151,9 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 				return nil
 			}
 			st = resumeAt(cur, host)
+			// The pages between ours and where the other run stands are
+			// not this run's to vouch for.
+			above, aboveKnown = "", st.Cursor == ""
 			continue
 		}
 		st = next
@@ -146,6 +161,60 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 			return nil
 		}
 	}
+}
+
+// pageSpan is the stretch of keys a page of records speaks for whole: from
+// its lowest key (or from the bottom, when the listing ended there) up to
+// the previous page's lowest key (or the top, on a round's first page). A
+// PDS lists newest key first; a page out of that order, or one that
+// overlaps the page before it, vouches for nothing, and neither does a
+// page whose upper end is unknown (a resumed round) and that is empty.
+//
+// An ended listing is one that answered no cursor or fewer records than
+// asked: the signal that already ends the listing. A PDS that answers
+// short pages before its end would have its older records taken for
+// deleted, as it already has them left unlisted.
+func pageSpan(records []feeds.ListedRecord, above string, aboveKnown, ended bool, asOf time.Time) *feeds.KeySpan {
+	sp := &feeds.KeySpan{AsOf: asOf}
+	for i := range records {
+		k := string(records[i].RKey)
+		if i > 0 && k >= string(records[i-1].RKey) {
+			return nil
+		}
+	}
+	switch {
+	case aboveKnown:
+		sp.Below = above
+	case len(records) > 0:
+		// Just above the page's highest key.
+		sp.Below = string(records[0].RKey) + "\x00"
+	default:
+		return nil
+	}
+	if len(records) > 0 && sp.Below != "" && string(records[0].RKey) >= sp.Below {
+		return nil
+	}
+	if !ended {
+		if len(records) == 0 {
+			return nil
+		}
+		sp.From = string(records[len(records)-1].RKey)
+	}
+	return sp
+}
+
+// nextAbove is the upper end of the span of the page after one holding
+// records: its lowest key, if it listed its keys in order.
+func nextAbove(records []pds.Record, above string, known bool) (string, bool) {
+	if len(records) == 0 {
+		return above, known
+	}
+	for i := 1; i < len(records); i++ {
+		if records[i].RKey >= records[i-1].RKey {
+			return "", false
+		}
+	}
+	return string(records[len(records)-1].RKey), true
 }
 
 // resumeAt is where a run on host goes on from the stored state st: from

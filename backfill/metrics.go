@@ -19,6 +19,7 @@ type Metrics struct {
 	dropped       prometheus.Counter
 	rejections    *prometheus.CounterVec
 	longCursors   prometheus.Counter
+	unlisted      prometheus.Counter
 }
 
 // NewMetrics registers the backfill metrics on reg.
@@ -68,7 +69,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: ns, Subsystem: "backfill", Name: "cursor_too_long_total",
 		Help: "PDS listing pages whose cursor was over 2,048 bytes; the round ended with that error.",
 	})
-	reg.MustRegister(m.rejections, m.longCursors)
+	m.unlisted = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: "backfill", Name: "unlisted_removed_total",
+		Help: "Stored records and follows deleted because a PDS listing showed them gone (deleted while the stream could not tell us, as in a gap).",
+	})
+	reg.MustRegister(m.rejections, m.longCursors, m.unlisted)
 	reg.MustRegister(m.firstReads, m.firstReadTime, m.waitedOut, m.runs, m.runTime, m.pdsRequests, m.queue, m.dropped)
 	return m
 }
@@ -118,6 +123,12 @@ func (m *Metrics) queueDropped() {
 func (m *Metrics) rejected(reason string) {
 	if m != nil {
 		m.rejections.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) removed(n int) {
+	if m != nil && n > 0 {
+		m.unlisted.Add(float64(n))
 	}
 }
 

@@ -20,7 +20,9 @@ type Gap struct {
 // for a rebuild: its next read is a first read again (bounded by the
 // first-read admission like any other), and every account listing starts
 // a new round, so the posts that fell into the gap are fetched from the
-// PDSes lazily, viewer by viewer, never all at once. It reports false when
+// PDSes lazily, viewer by viewer, never all at once, and the follows and
+// records deleted during it are found missing from the listings and
+// deleted (listing_reconcile.go). It reports false when
 // this cursor's gap was already recorded.
 func (s *Store) RecordGap(ctx context.Context, g Gap) (bool, error) {
 	recorded := false

@@ -55,6 +55,11 @@ type ListingPage struct {
 	// To is the listing state after this page; it is stored in the same
 	// transaction as the page's rows.
 	To Listing
+	// Span, when set, is the stretch of keys the page lists whole. Stored
+	// records in it that the page lacks were deleted upstream and are
+	// deleted here (listing_reconcile.go). Nil for a page that cannot
+	// vouch for its span: one with records it dropped, or out of order.
+	Span *KeySpan
 }
 
 // ListingResult counts what a page did.
@@ -73,6 +78,9 @@ type ListingResult struct {
 	// written and the listing stays open, so the account's next follower
 	// lists it afresh (leaveScopeIfUnfollowed).
 	NotFollowed bool
+	// Removed counts stored records (or follows) in the page's span that
+	// the page did not list, deleted as the PDS no longer has them.
+	Removed int
 }
 
 // ReadListing returns the stored listing state; the zero Listing when
@@ -101,9 +109,11 @@ func (s *Store) ReadListing(ctx context.Context, account syntax.DID, collection 
 
 // ApplyListingPage writes a page of records where nothing is stored for
 // their key (no row, no tombstone: what Jetstream delivered always wins
-// over a listing, which carries no rev) and stores the page's listing
-// state in the same transaction. If the stored state is already ahead, the
-// rows are still written (they are idempotent) and the state is kept.
+// over a listing, which carries no rev), deletes what the page's span
+// shows is gone upstream, and stores the page's listing state in the same
+// transaction. If the stored state is already ahead, the rows are still
+// written (they are idempotent), the state is kept, and nothing is
+// deleted: the run that got further speaks for the span.
 func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.Time) (ListingResult, error) {
 	collID, ok := s.collectionID(p.Collection)
 	if !ok {
@@ -162,6 +172,11 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 			res.Stale = true
 			s.metrics.casMismatch("listing")
 			return nil
+		}
+		if p.Span != nil {
+			if res.Removed, err = w.reconcileSpan(p, actorID, collID, isFollow); err != nil {
+				return err
+			}
 		}
 		return w.writeListingState(actorID, collID, p.To, now)
 	})

@@ -1,0 +1,160 @@
+package backfill
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/feeds"
+)
+
+// The daemon was down past the stream's window: a viewer unfollowed bob,
+// alice deleted a post, and neither delete reached us. The gap's rebuild
+// lists both again, and what the PDSes no longer have leaves the store
+// and the feed; a rebuild that only added would show them for good.
+func TestAGapRebuildDropsWhatWasDeletedDuringIt(t *testing.T) {
+	w := newWorld(t, Config{})
+	viewer, alice, bob := w.account("viewer"), w.account("alice"), w.account("bob")
+	w.follow(viewer, alice, 1)
+	unfollow := w.follow(viewer, bob, 2)
+	keep := w.post(alice, 10)
+	gone := w.post(alice, 11)
+	w.post(bob, 12)
+	ctx := context.Background()
+	if err := w.svc.Ensure(ctx, viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.page(t, viewer, 50); len(got) != 3 {
+		t.Fatalf("before the gap the feed is %v, want 3 posts", got)
+	}
+
+	w.pds.DeleteRecord(viewer, followNSID, unfollow)
+	w.pds.DeleteRecord(alice, postNSID, gone)
+	w.advance(time.Hour)
+	if _, err := w.store.RecordGap(ctx, feeds.Gap{Detected: w.clock, CursorUS: 1, Size: 48 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.svc.Ensure(ctx, viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{string(alice) + "/" + string(keep)}
+	if got := w.page(t, viewer, 50); !slices.Equal(got, want) {
+		t.Errorf("after the rebuild the feed is %v, want %v", got, want)
+	}
+	followees, err := w.store.Followees(ctx, viewer, followNSID)
+	if err != nil || !slices.Equal(followees, []syntax.DID{alice}) {
+		t.Errorf("followees after the rebuild = %v, %v; want only alice", followees, err)
+	}
+}
+
+// A follow deleted on the PDS sits on the second of three pages, between
+// the keys the pages list: the spans of the pages meet, so it is found.
+func TestAnUnfollowBetweenPagesIsFound(t *testing.T) {
+	w := newWorld(t, Config{})
+	viewer := w.account("viewer")
+	var keys []string
+	for i := range 250 {
+		keys = append(keys, string(w.follow(viewer, did(fmt.Sprint("acct", i)), i)))
+	}
+	ctx := context.Background()
+	if _, err := w.store.RegisterViewer(ctx, viewer, "following", w.clock); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.svc.ensureListing(ctx, viewer, followNSID, 10_000, "follows"); err != nil {
+		t.Fatal(err)
+	}
+	// Newest first: keys[249..150] on page 1, keys[149..50] on page 2.
+	// keys[150] is the lowest of page 1 and keys[149] the highest of page
+	// 2 before the delete; after it, keys[149] is gone and nothing lists
+	// it, and keys[0] is the last key of the last page.
+	for _, i := range []int{149, 0, 249} {
+		w.pds.DeleteRecord(viewer, followNSID, syntax.RecordKey(keys[i]))
+	}
+	if _, err := w.store.RecordGap(ctx, feeds.Gap{Detected: w.clock, CursorUS: 1, Size: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.svc.ensureListing(ctx, viewer, followNSID, 10_000, "follows"); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := w.store.Followees(ctx, viewer, followNSID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != 247 {
+		t.Errorf("%d follows stored after the relisting, want 247", len(stored))
+	}
+	for _, i := range []int{149, 0, 249} {
+		if slices.Contains(stored, did(fmt.Sprint("acct", i))) {
+			t.Errorf("follow of acct%d deleted on the PDS is still stored", i)
+		}
+	}
+}
+
+// A PDS page that drops a record it could not parse cannot vouch for its
+// span: nothing in it is deleted.
+func TestAPageWithAnUnreadableRecordDeletesNothing(t *testing.T) {
+	w := newWorld(t, Config{})
+	viewer, alice := w.account("viewer"), w.account("alice")
+	w.follow(viewer, alice, 1)
+	w.post(alice, 10)
+	gone := w.post(alice, 11)
+	ctx := context.Background()
+	if err := w.svc.Ensure(ctx, viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	w.pds.DeleteRecord(alice, postNSID, gone)
+	// A record the listing drops (its value is not an object).
+	w.pds.AddRecord(alice, postNSID, tid(12), `"not a record"`)
+	if _, err := w.store.RecordGap(ctx, feeds.Gap{Detected: w.clock, CursorUS: 1, Size: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.svc.Ensure(ctx, viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.page(t, viewer, 50); len(got) != 2 {
+		t.Errorf("feed after a relisting with a dropped record = %v, want both stored posts kept", got)
+	}
+}
+
+func TestPageSpan(t *testing.T) {
+	asOf := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	recs := func(keys ...string) []feeds.ListedRecord {
+		var out []feeds.ListedRecord
+		for _, k := range keys {
+			out = append(out, feeds.ListedRecord{RKey: syntax.RecordKey(k)})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name       string
+		records    []feeds.ListedRecord
+		above      string
+		aboveKnown bool
+		ended      bool
+		want       *feeds.KeySpan
+	}{
+		{"first page", recs("c", "b"), "", true, false, &feeds.KeySpan{From: "b"}},
+		{"first and last page", recs("c", "b"), "", true, true, &feeds.KeySpan{}},
+		{"empty repo", nil, "", true, true, &feeds.KeySpan{}},
+		{"middle page", recs("c", "b"), "d", true, false, &feeds.KeySpan{From: "b", Below: "d"}},
+		{"last page", recs("c", "b"), "d", true, true, &feeds.KeySpan{Below: "d"}},
+		{"empty last page", nil, "d", true, true, &feeds.KeySpan{Below: "d"}},
+		{"resumed round", recs("c", "b"), "", false, false, &feeds.KeySpan{From: "b", Below: "c\x00"}},
+		{"resumed round, empty page", nil, "", false, true, nil},
+		{"out of order", recs("b", "c"), "", true, false, nil},
+		{"repeated key", recs("c", "c"), "", true, false, nil},
+		{"overlaps the page before", recs("d", "b"), "d", true, false, nil},
+	} {
+		got := pageSpan(tc.records, tc.above, tc.aboveKnown, tc.ended, asOf)
+		if tc.want != nil {
+			tc.want.AsOf = asOf
+		}
+		if (got == nil) != (tc.want == nil) || (got != nil && *got != *tc.want) {
+			t.Errorf("%s: pageSpan = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
