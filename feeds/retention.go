@@ -2,6 +2,7 @@ package feeds
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -10,6 +11,15 @@ import (
 // retentionSlice bounds one retention slice: the records it examines and
 // the tombstones it deletes.
 const retentionSlice = 1000
+
+// retentionProbeBudget bounds the feed-row probes of one retention slice.
+// Checking that no feed holds a record seeks it in the lane of every
+// follower of its author, so a slice of a popular author's records costs
+// its followers times its records: 200 million seeks for a thousand posts
+// by an author with 200,000 followers, in one write transaction. A slice
+// ends where its records' probes would pass the budget, and holds at
+// least one record, so retention always moves.
+const retentionProbeBudget = 100_000
 
 // retentionLapEvery spaces the retention scan's laps in event time, and
 // a tenth of the window when that is shorter. A lap that reached the cutoff
@@ -49,14 +59,9 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	var records int64
 	if !keepRecords {
 		cutoff := nowUS - sw.opts.Retention.Microseconds()
-		var endUS, endID int64
-		full, err := w.queryRow(sw.stmts.retainWindowEnd,
-			[]any{st.retainAfterUS, st.retainAfterID, cutoff, retentionSlice - 1}, &endUS, &endID)
+		endUS, endID, full, err := w.retentionWindow(st.retainAfterUS, st.retainAfterID, cutoff, sw.probeBudget)
 		if err != nil {
-			return fmt.Errorf("find retention window: %w", err)
-		}
-		if !full {
-			endUS, endID = math.MaxInt64, math.MaxInt64
+			return err
 		}
 		records, err = w.retireRecords(st.retainAfterUS, st.retainAfterID, endUS, endID, cutoff)
 		if err != nil {
@@ -101,6 +106,51 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	res.TombstonesRetired = tombstones
 	s.metrics.observeRetention(records, tombstones)
 	return nil
+}
+
+// retentionWindow finds where the slice after (afterUS, afterID) ends:
+// after retentionSlice candidates, or before the candidate whose probes
+// would take the slice's past budget. full is false when the window
+// reaches the cutoff; its end is then open.
+func (w *txWriter) retentionWindow(afterUS, afterID, cutoff, budget int64) (endUS, endID int64, full bool, err error) {
+	type candidate struct{ us, id, actor, coll int64 }
+	rows, err := w.stmt(w.s.sweep.stmts.retainWindow).QueryContext(w.ctx, afterUS, afterID, cutoff, retentionSlice)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("find retention window: %w", err)
+	}
+	var cands []candidate
+	for rows.Next() {
+		var c candidate
+		if err := rows.Scan(&c.us, &c.id, &c.actor, &c.coll); err != nil {
+			rows.Close()
+			return 0, 0, false, fmt.Errorf("find retention window: %w", err)
+		}
+		cands = append(cands, c)
+	}
+	if err := errors.Join(rows.Close(), rows.Err()); err != nil {
+		return 0, 0, false, fmt.Errorf("find retention window: %w", err)
+	}
+	probes := map[[2]int64]int64{} // per author and collection
+	var spent int64
+	for i, c := range cands {
+		k := [2]int64{c.actor, c.coll}
+		cost, ok := probes[k]
+		if !ok {
+			if _, err := w.queryRow(w.s.sweep.stmts.retainProbes, []any{c.actor, c.coll, budget + 1}, &cost); err != nil {
+				return 0, 0, false, fmt.Errorf("count retention probes: %w", err)
+			}
+			probes[k] = cost
+		}
+		if i > 0 && spent+max(cost, 1) > budget {
+			return cands[i-1].us, cands[i-1].id, true, nil
+		}
+		spent += max(cost, 1)
+	}
+	if len(cands) == retentionSlice {
+		last := cands[len(cands)-1]
+		return last.us, last.id, true, nil
+	}
+	return math.MaxInt64, math.MaxInt64, false, nil
 }
 
 // retireRecords deletes the window's records that no feed holds, and marks

@@ -264,3 +264,52 @@ func TestAListedOldRecordOutlivesTheLapAfterIt(t *testing.T) {
 		t.Fatalf("records = %v: the listed post outlived a whole window past its listing", got)
 	}
 }
+
+// A retention slice ends where the probes of its records (one per lane of
+// each follower of the author) would pass its budget, so a run of a
+// popular author's old posts is retired a few at a time instead of in one
+// transaction of followers × records seeks; a record costing more than the
+// whole budget still goes, alone.
+func TestRetentionSlicesAreBoundedInProbes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		budget int64
+		want   []int64 // records retired per tick
+	}{
+		// alice's records cost 30 probes each, bob's 1.
+		{budget: 100, want: []int64{3, 3, 3, 6}},
+		{budget: 10, want: []int64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 5}},
+	} {
+		s := openSweep(t, t.TempDir()+"/appview.db", defaultFeeds, SweepOptions{Retention: time.Hour, TombstoneWindow: -1})
+		s.sweep.probeBudget = tc.budget
+		for _, q := range []string{
+			`INSERT INTO actors (did) VALUES ('did:plc:alice'), ('did:plc:bob')`,
+			// 30 followers of alice, none of bob.
+			`WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < 30)
+			 INSERT INTO actors (did) SELECT 'did:plc:v' || i FROM seq`,
+			`INSERT INTO follows (actor_id, collection_id, rkey, subject_id, rev)
+			 SELECT id, ?2, 'f', (SELECT id FROM actors WHERE did = 'did:plc:alice'), 'rev'
+			 FROM actors WHERE did LIKE 'did:plc:v%'`,
+			// Ten old records of alice, then five of bob; no feed holds them.
+			`WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i < 14)
+			 INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
+			 SELECT (SELECT id FROM actors WHERE did = CASE WHEN i < 10 THEN 'did:plc:alice' ELSE 'did:plc:bob' END),
+			        ?1, 'r' || i, 'c', 'rev', 10 + i, 10 + i, 0, '{}' FROM seq`,
+		} {
+			if _, err := s.writer.Exec(q, s.targetColls[postNSID], s.followColls[followNSID]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		apply(t, s, post("carol", "now", 10*hourUS))
+		var got []int64
+		for r := tick(t, s, t0, false); ; r = tick(t, s, t0, false) {
+			got = append(got, r.RecordsRetired)
+			if !r.Pending || len(got) > 20 {
+				break
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("budget %d: retired %v per tick, want %v", tc.budget, got, tc.want)
+		}
+	}
+}

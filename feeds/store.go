@@ -255,7 +255,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		followed:      followedAuthors{},
 		indexAll:      opts.IndexAll,
 		profiles:      opts.Profiles,
-		sweep:         sweeper{opts: opts.Sweep.withDefaults()},
+		sweep:         sweeper{opts: opts.Sweep.withDefaults(), probeBudget: retentionProbeBudget},
 		backlogSlice:  fieldBacklogSlice,
 		viewers:       newViewerSet(),
 		recordCache:   newRecordCache(int64(opts.RecordCacheMB) << 20),

@@ -184,6 +184,7 @@ type sweeper struct {
 	vacuumMore    bool
 	retainNextUS  int64 // stream time at which the next retention lap may start
 	retainMore    bool  // the last retention slice was full
+	probeBudget   int64 // feed-row probes one retention slice may make (retentionProbeBudget)
 }
 
 // SweepTick runs one tick of the sweep: at most one slice of up to

@@ -16,7 +16,8 @@ var sweepSQL = struct {
 	grownCount, grownAgain, grownAddAuthor, grownAddViewer string
 	grownHasViewer                                         string
 	saveSweep, saveRetain                                  string
-	retainWindowEnd, retainRecords, retainTombstones       string
+	retainWindow, retainProbes                             string
+	retainRecords, retainTombstones                        string
 	retainListing                                          string
 }{
 	// cutoff finds the newest row beyond a lane's cap, in page order
@@ -69,12 +70,19 @@ var sweepSQL = struct {
 	saveSweep:  saveSweepSQL,
 	saveRetain: saveRetainSQL,
 
-	// retainWindowEnd finds the last record of a full retention window
-	// (the limit-th candidate after the scan position); no row means the
-	// window reaches the cutoff.
-	retainWindowEnd: `SELECT indexed_us, id FROM records
+	// retainWindow lists the candidates of a retention window: the next
+	// records past the scan position older than the cutoff, with their
+	// authors, so the window can end where its probes reach the budget.
+	retainWindow: `SELECT indexed_us, id, actor_id, collection_id FROM records
 		WHERE (indexed_us, id) > (?1, ?2) AND indexed_us < ?3
-		ORDER BY indexed_us, id LIMIT 1 OFFSET ?4`,
+		ORDER BY indexed_us, id LIMIT ?4`,
+	// retainProbes counts, up to a limit, the lanes retainRecords probes
+	// for one record of the author: a follower's lane per follow of the
+	// author in a follow collection that feeds the record's collection.
+	retainProbes: `SELECT count(*) FROM (SELECT 1 FROM feed_targets t
+		CROSS JOIN follows f
+		WHERE t.collection_id = ?2 AND f.subject_id = ?1 AND f.collection_id = t.follow_collection_id
+		LIMIT ?3)`,
 	// retainRecords deletes the window's records that no feed holds. Only
 	// followers of the author can hold a record, so the NOT EXISTS probes
 	// each follower's lane with one primary-key seek: over a record's life
@@ -110,7 +118,8 @@ type sweepStatements struct {
 	grownCount, grownAgain, grownAddAuthor, grownAddViewer *sql.Stmt
 	grownHasViewer                                         *sql.Stmt
 	saveSweep, saveRetain                                  *sql.Stmt
-	retainWindowEnd, retainRecords, retainTombstones       *sql.Stmt
+	retainWindow, retainProbes                             *sql.Stmt
+	retainRecords, retainTombstones                        *sql.Stmt
 	retainListing                                          *sql.Stmt
 }
 
@@ -134,7 +143,8 @@ func (s *Store) sweepStatements(ctx context.Context) (*sweepStatements, error) {
 		{&st.grownAddAuthor, q.grownAddAuthor}, {&st.grownAddViewer, q.grownAddViewer},
 		{&st.grownHasViewer, q.grownHasViewer},
 		{&st.saveSweep, q.saveSweep}, {&st.saveRetain, q.saveRetain},
-		{&st.retainWindowEnd, q.retainWindowEnd}, {&st.retainRecords, q.retainRecords},
+		{&st.retainWindow, q.retainWindow}, {&st.retainProbes, q.retainProbes},
+		{&st.retainRecords, q.retainRecords},
 		{&st.retainTombstones, q.retainTombstones}, {&st.retainListing, q.retainListing},
 	} {
 		ps, err := s.writer.PrepareContext(ctx, p.sql)
