@@ -22,7 +22,9 @@ type Gap struct {
 // a new round, so the posts that fell into the gap are fetched from the
 // PDSes lazily, viewer by viewer, never all at once, and the follows and
 // records deleted during it are found missing from the listings and
-// deleted (listing_reconcile.go). It reports false when
+// deleted (listing_reconcile.go). Stored handles and profiles are
+// forgotten too: the identity events and profile changes in the gap are
+// lost, so each is fetched again at its next read. It reports false when
 // this cursor's gap was already recorded.
 func (s *Store) RecordGap(ctx context.Context, g Gap) (bool, error) {
 	recorded := false
@@ -41,6 +43,9 @@ func (w *txWriter) recordGap(g Gap) (bool, error) {
 	}
 	if n > 0 {
 		return false, nil
+	}
+	if err := w.forgetAllProfiles(); err != nil {
+		return false, err
 	}
 	for _, q := range []string{
 		`INSERT INTO gaps (detected_us, cursor_us, size_us) VALUES (?1, ?2, ?3)`,

@@ -109,6 +109,7 @@ func (w *txWriter) commit() error {
 	if err != nil {
 		return err
 	}
+	w.s.identities.changed(w.identities)
 	w.s.rememberActors(w.newActors)
 	w.s.publishFollowed(w.newFollowed)
 	w.s.viewers.apply(w.viewerChanges)
@@ -141,6 +142,9 @@ type txWriter struct {
 	// changedRecords were updated or deleted; the record cache forgets
 	// them once committed.
 	changedRecords []int64
+	// identities had an identity event; the identity log hears of them
+	// once committed.
+	identities []syntax.DID
 }
 
 // recordChanged notes a record updated or deleted in this transaction, for

@@ -110,6 +110,25 @@ func (w *txWriter) forgetHandles(dids []syntax.DID) error {
 			return fmt.Errorf("forget handle: %w", err)
 		}
 	}
+	w.identities = append(w.identities, dids...)
+	return nil
+}
+
+// forgetAllProfiles drops every stored handle and profile: after a gap in
+// the stream the identity events and profile changes in it are lost, so
+// each is fetched again at its next read.
+func (w *txWriter) forgetAllProfiles() error {
+	if !w.s.profiles {
+		return nil
+	}
+	for _, q := range []string{
+		`UPDATE actors SET handle = NULL WHERE handle IS NOT NULL`,
+		`DELETE FROM profiles`,
+	} {
+		if _, err := w.tx.ExecContext(w.ctx, q); err != nil {
+			return fmt.Errorf("forget profiles: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -138,6 +157,10 @@ type FetchedProfile struct {
 	Fields        ProfileFields
 	// At is when it was fetched.
 	At time.Time
+	// IdentitySeq is Store.IdentitySeq taken before the handle was
+	// resolved: an identity event of the account committed since then
+	// keeps the handle from being stored (identities.go).
+	IdentitySeq uint64
 }
 
 // StoreFetchedProfile writes what a fetch learned about an account the
@@ -150,8 +173,9 @@ func (s *Store) StoreFetchedProfile(ctx context.Context, p FetchedProfile) error
 		if err != nil || !found {
 			return err
 		}
-		if p.HandleResolved {
-			if _, err := w.tx.ExecContext(ctx, `UPDATE actors SET handle = ? WHERE id = ?`, string(p.Handle), id); err != nil {
+		if p.HandleResolved && !s.identities.changedSince(p.DID, p.IdentitySeq) {
+			if _, err := w.tx.ExecContext(ctx, `UPDATE actors SET handle = ?, handle_checked_us = ? WHERE id = ?`,
+				string(p.Handle), p.At.UnixMicro(), id); err != nil {
 				return fmt.Errorf("store handle: %w", err)
 			}
 		}

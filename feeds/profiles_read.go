@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -16,6 +17,9 @@ type Profile struct {
 	// Handle is then the verified handle, or "" when there is none.
 	HandleKnown bool
 	Handle      syntax.Handle
+	// HandleCheckedAt is when the handle was last verified; zero when
+	// unknown (checked before the time was kept).
+	HandleCheckedAt time.Time
 	// Known: the store knows whether the account has a profile record;
 	// Present says whether it does, with its CID and fields.
 	Known   bool
@@ -30,7 +34,7 @@ func (p Profile) Complete() bool { return p.Known && p.HandleKnown }
 // readProfilesSQL reads the accounts named in a JSON array, one index
 // lookup each on actors.did, with their profile by primary key.
 const readProfilesSQL = `
-	SELECT a.did, a.handle, p.present, p.cid, p.display_name, p.description,
+	SELECT a.did, a.handle, a.handle_checked_us, p.present, p.cid, p.display_name, p.description,
 		p.avatar_cid, p.avatar_mime, p.avatar_size
 	FROM actors a LEFT JOIN profiles p ON p.actor_id = a.id
 	WHERE a.did IN (SELECT value FROM json_each(?1))`
@@ -62,8 +66,9 @@ func (s *Store) Profiles(ctx context.Context, dids []syntax.DID) ([]Profile, err
 			handle, cid, name, desc sql.NullString
 			avatarCID, avatarMime   sql.NullString
 			present, avatarSize     sql.NullInt64
+			checkedUS               int64
 		)
-		if err := rows.Scan(&did, &handle, &present, &cid, &name, &desc, &avatarCID, &avatarMime, &avatarSize); err != nil {
+		if err := rows.Scan(&did, &handle, &checkedUS, &present, &cid, &name, &desc, &avatarCID, &avatarMime, &avatarSize); err != nil {
 			return nil, fmt.Errorf("read profile row: %w", err)
 		}
 		i, ok := at[syntax.DID(did)]
@@ -72,6 +77,9 @@ func (s *Store) Profiles(ctx context.Context, dids []syntax.DID) ([]Profile, err
 		}
 		p := &out[i]
 		p.HandleKnown, p.Handle = handle.Valid, syntax.Handle(handle.String)
+		if handle.Valid && checkedUS > 0 {
+			p.HandleCheckedAt = time.UnixMicro(checkedUS)
+		}
 		if !present.Valid {
 			continue // no profile row
 		}

@@ -160,7 +160,7 @@ func TestFetchedProfilesAndHandles(t *testing.T) {
 	}
 	// No verified handle is remembered as such; a fetch for an unknown
 	// account stores nothing.
-	if err := s.StoreFetchedProfile(ctx, FetchedProfile{DID: did("carol"), HandleResolved: true, At: at}); err != nil {
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{DID: did("carol"), HandleResolved: true, At: at, IdentitySeq: s.IdentitySeq()}); err != nil {
 		t.Fatal(err)
 	}
 	if p := readProfile(t, s, "carol"); !p.HandleKnown || p.Handle != "" {
@@ -240,5 +240,81 @@ func TestProfilesQueryPlan(t *testing.T) {
 	joined := strings.Join(plan, "\n")
 	if strings.Contains(joined, "SCAN a") || !strings.Contains(joined, "SEARCH a USING") || !strings.Contains(joined, "SEARCH p USING") {
 		t.Errorf("plan:\n%s", joined)
+	}
+}
+
+// A fetch resolved carol's old handle, then her identity event committed
+// (forgetting the handle), then the fetch stored what it resolved: the old
+// handle must not come back for good. It stays unknown, fetched again at
+// the next read; a fetch started after the event stores its handle.
+func TestAHandleResolvedBeforeAnIdentityEventIsNotStored(t *testing.T) {
+	s := profileStore(t)
+	ctx := context.Background()
+	at := time.Unix(100, 0)
+	before := s.IdentitySeq()
+	if _, err := s.ApplyBatch(ctx, &Batch{Identities: []syntax.DID{did("carol")}, Cursor: StreamCursor{TimeUS: 60}}); err != nil {
+		t.Fatal(err)
+	}
+	// Another account's fetch from before the event is not held back.
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{DID: did("alice"), HandleResolved: true, Handle: "alice.test", At: at, IdentitySeq: before}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "alice"); p.Handle != "alice.test" || !p.HandleCheckedAt.Equal(at) {
+		t.Errorf("alice's handle = %+v, want alice.test checked at %v", p, at)
+	}
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{DID: did("carol"), HandleResolved: true, Handle: "old.test", At: at, IdentitySeq: before}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "carol"); p.HandleKnown {
+		t.Errorf("a handle resolved before the identity event was stored: %+v", p)
+	}
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{DID: did("carol"), HandleResolved: true, Handle: "new.test", At: at, IdentitySeq: s.IdentitySeq()}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "carol"); p.Handle != "new.test" {
+		t.Errorf("a handle resolved after the identity event = %+v, want new.test", p)
+	}
+}
+
+// A gap loses identity events and profile changes: every stored handle
+// and profile is forgotten, so each is fetched again.
+func TestAGapForgetsStoredProfiles(t *testing.T) {
+	s := profileStore(t)
+	ctx := context.Background()
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{
+		DID: did("carol"), HandleResolved: true, Handle: "carol.test",
+		RecordFetched: true, Present: true, CID: "bafyfetched", Fields: ProfileFields{DisplayName: "Fetched"}, At: time.Unix(100, 0),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RecordGap(ctx, Gap{Detected: time.Unix(200, 0), CursorUS: 1, Size: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "carol"); p.HandleKnown || p.Known {
+		t.Errorf("after a gap carol's profile is %+v, want nothing known", p)
+	}
+}
+
+// Past its bound the identity log forgets, and then counts every check
+// from before as raced rather than miss an event.
+func TestTheIdentityLogIsBoundedAndErrsOnTheSafeSide(t *testing.T) {
+	var l identityLog
+	start := l.seq
+	for i := range maxIdentityLog {
+		l.changed([]syntax.DID{did(fmt.Sprint("a", i))})
+	}
+	if l.changedSince(did("other"), start) {
+		t.Fatal("an account with no event counted as changed before the log was full")
+	}
+	mid := l.seq
+	l.changed([]syntax.DID{did("last")})
+	if len(l.last) != 1 {
+		t.Fatalf("the full log kept %d accounts", len(l.last))
+	}
+	if !l.changedSince(did("other"), start) {
+		t.Error("a check from before the forgotten events was not counted as raced")
+	}
+	if l.changedSince(did("other"), mid) || !l.changedSince(did("last"), mid) {
+		t.Error("a check from after the forgotten events: wrong answer")
 	}
 }

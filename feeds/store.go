@@ -141,6 +141,8 @@ type Store struct {
 	backlogSlice int // records one backlog slice examines (fieldBacklogSlice)
 
 	viewers *viewerSet // registered viewers, in memory (viewer_set.go)
+	// identities orders identity events against profile fetches.
+	identities identityLog
 }
 
 // lane is one (feed, target collection) pair: the unit that holds items and

@@ -32,6 +32,7 @@ import (
 type Store interface {
 	Profiles(ctx context.Context, dids []syntax.DID) ([]feeds.Profile, error)
 	StoreFetchedProfile(ctx context.Context, p feeds.FetchedProfile) error
+	IdentitySeq() uint64
 }
 
 // Resolver finds an account's PDS and verified handle;
@@ -57,6 +58,11 @@ type Config struct {
 	// RetryAfter: an account whose fetch failed is not fetched again
 	// before this has passed (5m).
 	RetryAfter time.Duration
+	// HandleTTL: a stored handle verified longer ago than this is still
+	// answered, and verified again in the background (24h). A handle can
+	// stop verifying without an identity event (its DNS record or
+	// well-known file changed), and identity events are lost in a gap.
+	HandleTTL time.Duration
 	// Now is the clock (time.Now).
 	Now func() time.Time
 }
@@ -69,6 +75,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.FetchTimeout, 10*time.Second)
 	orDefault(&c.StoreTimeout, 10*time.Second)
 	orDefault(&c.RetryAfter, 5*time.Minute)
+	orDefault(&c.HandleTTL, 24*time.Hour)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -135,9 +142,14 @@ func (s *Service) Hydrate(ctx context.Context, dids []syntax.DID) ([]feeds.Profi
 	}
 	var waiting []int // indexes into out
 	var jobs []*job
+	now := s.cfg.Now()
 	for i := range out {
 		if out[i].Complete() {
 			s.metrics.hydrated(resultStored)
+			if now.Sub(out[i].HandleCheckedAt) > s.cfg.HandleTTL {
+				// Answered as stored; checked again for later reads.
+				s.enqueue(out[i])
+			}
 			continue
 		}
 		if j := s.enqueue(out[i]); j != nil {
@@ -298,7 +310,7 @@ func (s *Service) process(ctx context.Context, j *job) error {
 // fetch resolves the account's identity (PDS and verified handle) and,
 // when the record is missing, reads it from the PDS.
 func (s *Service) fetch(ctx context.Context, j *job) (feeds.FetchedProfile, outcome) {
-	fp := feeds.FetchedProfile{DID: j.did, At: s.cfg.Now()}
+	fp := feeds.FetchedProfile{DID: j.did, At: s.cfg.Now(), IdentitySeq: s.store.IdentitySeq()}
 	ident, err := s.resolver.LookupDIDWithHandle(ctx, j.did)
 	if err != nil {
 		s.log.Debug("resolve for profile", "did", j.did, "err", err)

@@ -305,3 +305,43 @@ func TestAProfileWriteTimingOutFailsOnlyTheFetch(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A handle can stop verifying without an identity event (its DNS record
+// changed), or its event can be lost in a gap: once older than HandleTTL a
+// stored handle is still answered at once, and verified again behind the
+// read, so a later read has the new one.
+func TestAnOldHandleIsVerifiedAgain(t *testing.T) {
+	w := newWorld(t, Config{Wait: 5 * time.Second, HandleTTL: time.Hour}, "carol")
+	w.profileRecord("carol", "Carol")
+	if ps, _ := w.hydrate(t, "carol"); ps[0].Handle != "carol.test" {
+		t.Fatalf("first read: %+v", ps[0])
+	}
+	w.plc.Add(did("carol"), "carol.example", w.pds.URL())
+	w.clock.Advance(30 * time.Minute)
+	w.hydrate(t, "carol")
+	if got := testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("handle_only")); got != 0 {
+		t.Fatalf("a handle younger than its TTL was fetched again (%v)", got)
+	}
+	w.clock.Advance(2 * time.Hour) // past the TTL and the directory's cache
+	ps, _ := w.hydrate(t, "carol")
+	if ps[0].Handle != "carol.test" {
+		t.Fatalf("the read past the TTL answered %+v, want the stored handle at once", ps[0])
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := w.store.Profiles(context.Background(), []syntax.DID{did("carol")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[0].Handle == "carol.example" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the handle was not verified again: %+v", got[0])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := w.profileRequests("carol"); n != 1 {
+		t.Errorf("the refresh fetched the profile record again (%d requests)", n)
+	}
+}
