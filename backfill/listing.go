@@ -33,7 +33,11 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 		return &notDueError{until: st.NextRetry, last: st.LastError}
 	}
 	run := feeds.SyncRun{Kind: kind, Subject: string(account), Collection: coll, Started: now}
-	err = s.list(ctx, account, coll, maxRecords, st, &run)
+	// A follow listing is read to its end, past a short page, so that
+	// follows deleted upstream below the last full page are found too
+	// (pageSpan). A target listing stops at a short page: its depth is
+	// the newest posts, and older ones are not worth the request.
+	err = s.list(ctx, account, coll, maxRecords, kind == "follows", st, &run)
 	run.Duration = s.cfg.Now().Sub(run.Started)
 	run.Outcome = "ok"
 	if err != nil {
@@ -64,7 +68,7 @@ func (e *notDueError) Error() string {
 	return fmt.Sprintf("not due before %s: %s", e.until.Format(time.RFC3339), e.last)
 }
 
-func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID, maxRecords int, st feeds.Listing, run *feeds.SyncRun) error {
+func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID, maxRecords int, toTheEnd bool, st feeds.Listing, run *feeds.SyncRun) error {
 	id, err := s.resolver.LookupDID(ctx, account)
 	if err != nil {
 		return s.fail(ctx, account, coll, st, fmt.Errorf("resolve %s: %w", account, err), false)
@@ -114,18 +118,22 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		// enough records.
 		got := len(page.Records) + page.Skipped
 		stuck := page.Cursor != "" && page.Cursor == st.Cursor
-		ended := page.Cursor == "" || got < limit
-		done := ended || stuck || (maxRecords > 0 && next.Fetched >= maxRecords)
+		// Only a page without a cursor, or an empty one, shows the end;
+		// a short page with a cursor may be a PDS that caps its pages.
+		ended := page.Cursor == "" || got == 0
+		short := got < limit && !toTheEnd
+		done := ended || short || stuck || (maxRecords > 0 && next.Fetched >= maxRecords)
 		if done {
 			next.Complete, next.Attempts, next.LastError, next.NextRetry = true, 0, "", time.Time{}
 		}
 		var span *feeds.KeySpan
 		if len(records) == len(page.Records) && page.Skipped == 0 && !stuck {
-			span = pageSpan(records, above, aboveKnown, ended, asOf)
+			span = pageSpan(records, above, aboveKnown, ended)
 		}
-		above, aboveKnown = nextAbove(page.Records, above, aboveKnown)
+		above, aboveKnown = nextAbove(page, above, aboveKnown)
 		failpoint.Hit(failpoint.BackfillBeforePage)
-		res, err := s.store.ApplyListingPage(ctx, &feeds.ListingPage{Account: account, Collection: coll, Records: records, To: next, Span: span}, s.cfg.Now())
+		res, err := s.store.ApplyListingPage(ctx, &feeds.ListingPage{Account: account, Collection: coll,
+			Records: records, To: next, FetchedAt: asOf, Span: span}, s.cfg.Now())
 		if err != nil {
 			return err
 		}
@@ -170,12 +178,9 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 // overlaps the page before it, vouches for nothing, and neither does a
 // page whose upper end is unknown (a resumed round) and that is empty.
 //
-// An ended listing is one that answered no cursor or fewer records than
-// asked: the signal that already ends the listing. A PDS that answers
-// short pages before its end would have its older records taken for
-// deleted, as it already has them left unlisted.
-func pageSpan(records []feeds.ListedRecord, above string, aboveKnown, ended bool, asOf time.Time) *feeds.KeySpan {
-	sp := &feeds.KeySpan{AsOf: asOf}
+// An ended listing is one that answered no cursor, or an empty page.
+func pageSpan(records []feeds.ListedRecord, above string, aboveKnown, ended bool) *feeds.KeySpan {
+	sp := &feeds.KeySpan{}
 	for i := range records {
 		k := string(records[i].RKey)
 		if i > 0 && k >= string(records[i-1].RKey) {
@@ -203,9 +208,15 @@ func pageSpan(records []feeds.ListedRecord, above string, aboveKnown, ended bool
 	return sp
 }
 
-// nextAbove is the upper end of the span of the page after one holding
-// records: its lowest key, if it listed its keys in order.
-func nextAbove(records []pds.Record, above string, known bool) (string, bool) {
+// nextAbove is the upper end of the span of the page after this one: its
+// lowest key, if it listed its keys in order and dropped none (a dropped
+// record may have been its lowest, and the next page must not vouch for
+// its key).
+func nextAbove(page pds.Page, above string, known bool) (string, bool) {
+	records := page.Records
+	if page.Skipped > 0 {
+		return "", false
+	}
 	if len(records) == 0 {
 		return above, known
 	}

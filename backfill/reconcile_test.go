@@ -3,6 +3,7 @@ package backfill
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -51,9 +52,12 @@ func TestAGapRebuildDropsWhatWasDeletedDuringIt(t *testing.T) {
 	}
 }
 
-// A follow deleted on the PDS sits on the second of three pages, between
-// the keys the pages list: the spans of the pages meet, so it is found.
-func TestAnUnfollowBetweenPagesIsFound(t *testing.T) {
+// Follows deleted on the PDS fall between the keys pages list: keys[149]
+// between page 1's lowest (keys[150]) and page 2's highest (keys[148]),
+// keys[0] under the last page's lowest (keys[1]). The spans of the pages
+// meet, and the empty page that ends the listing reaches the bottom, so
+// both are found; nothing else is deleted.
+func TestUnfollowsBetweenAndBelowPagesAreFound(t *testing.T) {
 	w := newWorld(t, Config{})
 	viewer := w.account("viewer")
 	var keys []string
@@ -67,13 +71,10 @@ func TestAnUnfollowBetweenPagesIsFound(t *testing.T) {
 	if err := w.svc.ensureListing(ctx, viewer, followNSID, 10_000, "follows"); err != nil {
 		t.Fatal(err)
 	}
-	// Newest first: keys[249..150] on page 1, keys[149..50] on page 2.
-	// keys[150] is the lowest of page 1 and keys[149] the highest of page
-	// 2 before the delete; after it, keys[149] is gone and nothing lists
-	// it, and keys[0] is the last key of the last page.
-	for _, i := range []int{149, 0, 249} {
+	for _, i := range []int{149, 0} {
 		w.pds.DeleteRecord(viewer, followNSID, syntax.RecordKey(keys[i]))
 	}
+	w.advance(time.Hour)
 	if _, err := w.store.RecordGap(ctx, feeds.Gap{Detected: w.clock, CursorUS: 1, Size: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -84,13 +85,84 @@ func TestAnUnfollowBetweenPagesIsFound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(stored) != 247 {
-		t.Errorf("%d follows stored after the relisting, want 247", len(stored))
+	if len(stored) != 248 {
+		t.Errorf("%d follows stored after the relisting, want 248", len(stored))
 	}
-	for _, i := range []int{149, 0, 249} {
+	for _, i := range []int{149, 0} {
 		if slices.Contains(stored, did(fmt.Sprint("acct", i))) {
 			t.Errorf("follow of acct%d deleted on the PDS is still stored", i)
 		}
+	}
+}
+
+// A PDS that answers short pages with a cursor (it caps its pages under
+// what we ask) has not reached its end: nothing under such a page is
+// taken for deleted. The follow listing reads on to the end; a post
+// listing stops there, and vouches only for the keys it saw.
+func TestAPDSThatCapsItsPagesLosesNothing(t *testing.T) {
+	w := newWorld(t, Config{Depth: 100})
+	viewer, alice := w.account("viewer"), w.account("alice")
+	for i := range 120 {
+		w.follow(viewer, did(fmt.Sprint("acct", i)), i)
+	}
+	w.follow(viewer, alice, 200)
+	for i := range 100 {
+		w.post(alice, 1000+i)
+	}
+	ctx := context.Background()
+	if err := w.svc.Ensure(ctx, viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	w.gate.Store(func(r *http.Request) {
+		q := r.URL.Query()
+		if q.Get("limit") != "" {
+			q.Set("limit", "50")
+			r.URL.RawQuery = q.Encode()
+		}
+	})
+	w.advance(time.Hour)
+	if _, err := w.store.RecordGap(ctx, feeds.Gap{Detected: w.clock, CursorUS: 1, Size: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.svc.Ensure(ctx, viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if stored, _ := w.store.Followees(ctx, viewer, followNSID); len(stored) != 121 {
+		t.Errorf("%d follows stored after a relisting in capped pages, want 121", len(stored))
+	}
+	if got := w.page(t, viewer, 100); len(got) != 100 {
+		t.Errorf("%d posts in the feed after a relisting in capped pages, want 100", len(got))
+	}
+}
+
+// The PDS now drops alice's post at the bottom of the first page (an
+// invalid record): the next page must not vouch for its key, which lies
+// above the next page's keys.
+func TestARecordDroppedAtTheEndOfAPageIsNotDeletedByTheNext(t *testing.T) {
+	w := newWorld(t, Config{Depth: 1000})
+	viewer, alice := w.account("viewer"), w.account("alice")
+	w.follow(viewer, alice, 1)
+	for i := range 150 {
+		w.post(alice, 1000+i)
+	}
+	ctx := context.Background()
+	if err := w.svc.Ensure(ctx, viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	// Newest first: page 1 lists posts 1149…1050; 1050 is its lowest.
+	w.pds.AddRecord(alice, postNSID, tid(1050), `{"$type":"app.bsky.feed.like","subject":"x"}`)
+	w.advance(time.Hour)
+	if _, err := w.store.RecordGap(ctx, feeds.Gap{Detected: w.clock, CursorUS: 1, Size: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.svc.Ensure(ctx, viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.page(t, viewer, 100); len(got) != 100 {
+		t.Fatalf("first page has %d posts", len(got))
+	}
+	if c, err := w.store.Counts(ctx); err != nil || c.Targets != 150 {
+		t.Errorf("%d records stored after the relisting (%v), want all 150", c.Targets, err)
 	}
 }
 
@@ -121,7 +193,6 @@ func TestAPageWithAnUnreadableRecordDeletesNothing(t *testing.T) {
 }
 
 func TestPageSpan(t *testing.T) {
-	asOf := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
 	recs := func(keys ...string) []feeds.ListedRecord {
 		var out []feeds.ListedRecord
 		for _, k := range keys {
@@ -149,10 +220,7 @@ func TestPageSpan(t *testing.T) {
 		{"repeated key", recs("c", "c"), "", true, false, nil},
 		{"overlaps the page before", recs("d", "b"), "d", true, false, nil},
 	} {
-		got := pageSpan(tc.records, tc.above, tc.aboveKnown, tc.ended, asOf)
-		if tc.want != nil {
-			tc.want.AsOf = asOf
-		}
+		got := pageSpan(tc.records, tc.above, tc.aboveKnown, tc.ended)
 		if (got == nil) != (tc.want == nil) || (got != nil && *got != *tc.want) {
 			t.Errorf("%s: pageSpan = %+v, want %+v", tc.name, got, tc.want)
 		}

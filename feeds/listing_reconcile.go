@@ -2,6 +2,8 @@ package feeds
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -17,8 +19,13 @@ const upstreamClockSlack = 5 * time.Minute
 // are all ASCII below 0x7f): the open upper end of a span.
 const aboveEveryRecordKey = "\x7f"
 
+// unlistedSuffix marks the revision of a tombstone a listing inferred
+// (reconcileSpan), as against one the stream delivered: a later listing
+// that finds the record again may clear it (listedOver).
+const unlistedSuffix = ".unlisted"
+
 // KeySpan is a stretch of record keys a listing page speaks for whole:
-// every record the PDS held there when the page was fetched is in the
+// every record the PDS held in it when the page was fetched is in the
 // page. A PDS lists keys newest first, so a page's span runs from its
 // lowest key up to the lowest key of the page before it.
 type KeySpan struct {
@@ -28,17 +35,44 @@ type KeySpan struct {
 	// Below is the key the span ends under, exclusive; "" for no upper end
 	// (the first page of a round).
 	Below string
-	// AsOf is when the page was asked for.
-	AsOf time.Time
+}
+
+// listingRev is the revision a listing fetched at asOf speaks at: a TID
+// upstreamClockSlack older than the fetch. Zero asOf: "" (older than any).
+func listingRev(asOf time.Time) string {
+	if asOf.IsZero() {
+		return ""
+	}
+	return syntax.NewTIDFromTime(asOf.Add(-upstreamClockSlack), 0).String()
+}
+
+// notifiedSince reports whether a stored revision is a notified write's
+// (notifiedRev: a base, a dot, the read time in µs) read at or after
+// afterUS: a listing fetched before that read cannot judge it.
+func notifiedSince(rev string, afterUS int64) bool {
+	_, suffix, ok := strings.Cut(rev, ".")
+	if !ok {
+		return false
+	}
+	us, err := strconv.ParseInt(suffix, 10, 64)
+	return err != nil || us >= afterUS
+}
+
+// listedOver reports whether a listing speaking at rev may write over a
+// tombstone with tombstoneRev: only one an earlier listing inferred, and
+// older than this listing. A tombstone the stream delivered always wins.
+func listedOver(tombstoneRev, rev string) bool {
+	base, ok := strings.CutSuffix(tombstoneRev, unlistedSuffix)
+	return ok && rev != "" && base < rev
 }
 
 // The keys of one account's stored records and follows in a span.
 // records_by_author holds the account's records together; records_by_key
 // leads with the record key and would walk every account's keys in range.
 const (
-	recordKeysInSpan = `SELECT rkey FROM records INDEXED BY records_by_author
+	recordKeysInSpan = `SELECT rkey, rev FROM records INDEXED BY records_by_author
 		WHERE actor_id = ?1 AND collection_id = ?2 AND rkey >= ?3 AND rkey < ?4`
-	followKeysInSpan = `SELECT rkey FROM follows
+	followKeysInSpan = `SELECT rkey, rev FROM follows
 		WHERE actor_id = ?1 AND collection_id = ?2 AND rkey >= ?3 AND rkey < ?4`
 )
 
@@ -47,8 +81,10 @@ const (
 // they were deleted while the stream could not tell us (a gap, or before
 // the daemon ran). Each goes through the stream's own delete, at a
 // revision just older than the fetch: it leaves feeds and leaves a
-// tombstone, and a stored record written after the fetch, or a replayed
-// create older than it, changes nothing (the usual rev comparisons).
+// tombstone, and a record the stream stored after the fetch, or a replayed
+// create older than it, changes nothing (the usual rev comparisons). A
+// notified write read after the fetch carries no such revision and is
+// skipped by its read time.
 func (w *txWriter) reconcileSpan(p *ListingPage, actorID, collID int64, isFollow bool) (int, error) {
 	sp := p.Span
 	listed := make(map[string]struct{}, len(p.Records))
@@ -68,13 +104,14 @@ func (w *txWriter) reconcileSpan(p *ListingPage, actorID, collID int64, isFollow
 		return 0, fmt.Errorf("read stored keys: %w", err)
 	}
 	var gone []string
+	fetchedUS := p.FetchedAt.Add(-upstreamClockSlack).UnixMicro()
 	for rows.Next() {
-		var rkey string
-		if err := rows.Scan(&rkey); err != nil {
+		var rkey, rev string
+		if err := rows.Scan(&rkey, &rev); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("read stored keys: %w", err)
 		}
-		if _, ok := listed[rkey]; !ok {
+		if _, ok := listed[rkey]; !ok && !notifiedSince(rev, fetchedUS) {
 			gone = append(gone, rkey)
 		}
 	}
@@ -85,11 +122,11 @@ func (w *txWriter) reconcileSpan(p *ListingPage, actorID, collID int64, isFollow
 		return 0, fmt.Errorf("read stored keys: %w", err)
 	}
 
-	rev := syntax.NewTIDFromTime(sp.AsOf.Add(-upstreamClockSlack), 0).String()
+	rev := listingRev(p.FetchedAt) + unlistedSuffix
 	// Tombstones age in event time, like every delete.
 	timeUS := w.s.Cursor().TimeUS
 	if timeUS == 0 {
-		timeUS = sp.AsOf.UnixMicro()
+		timeUS = p.FetchedAt.UnixMicro()
 	}
 	removed := 0
 	for _, rkey := range gone {

@@ -10,6 +10,8 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
+var reconcileAsOf = time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+
 func listed(keys ...string) []ListedRecord {
 	var out []ListedRecord
 	for _, k := range keys {
@@ -30,25 +32,31 @@ func nextPage(t *testing.T, s *Store, account syntax.DID, coll syntax.NSID) List
 	return l
 }
 
-// A page whose span covers the whole collection deletes the stored records
-// it does not list: they leave the feeds, and a replay of their creates
-// changes nothing. A record the stream stored after the page was fetched
-// is not the page's to judge, and stays.
-func TestAListingSpanDeletesWhatTheRepoNoLongerHas(t *testing.T) {
-	s := MustOpen(t, defaultFeeds)
-	ctx := context.Background()
-	asOf := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
-	apply(t, s, follow("v1", "alice", "f1", 1), post("alice", "a1", 2), post("alice", "a2", 3))
-	later := post("alice", "a3", 4)
-	later.Rev = syntax.NewTIDFromTime(asOf.Add(time.Second), 0).String()
-	apply(t, s, later)
-
-	res, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("alice"), Collection: postNSID,
-		Records: listed("a1"), To: nextPage(t, s, did("alice"), postNSID), Span: &KeySpan{AsOf: asOf}}, asOf)
+// listPosts applies a page of alice's posts fetched at asOf that vouches
+// for span.
+func listPosts(t *testing.T, s *Store, asOf time.Time, span *KeySpan, keys ...string) ListingResult {
+	t.Helper()
+	res, err := s.ApplyListingPage(context.Background(), &ListingPage{Account: did("alice"), Collection: postNSID,
+		Records: listed(keys...), To: nextPage(t, s, did("alice"), postNSID), FetchedAt: asOf, Span: span}, asOf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Removed != 1 {
+	return res
+}
+
+// A page whose span covers the whole collection deletes the stored records
+// it does not list: they leave the feeds, and a replay of their creates
+// changes nothing. A record the stream stored after the page was fetched
+// is not the page's to judge, and stays, even from a PDS whose clock lags
+// ours by a minute.
+func TestAListingSpanDeletesWhatTheRepoNoLongerHas(t *testing.T) {
+	s := MustOpen(t, defaultFeeds)
+	apply(t, s, follow("v1", "alice", "f1", 1), post("alice", "a1", 2), post("alice", "a2", 3))
+	lagging := post("alice", "a3", 4)
+	lagging.Rev = syntax.NewTIDFromTime(reconcileAsOf.Add(-time.Minute), 0).String()
+	apply(t, s, lagging)
+
+	if res := listPosts(t, s, reconcileAsOf, &KeySpan{}, "a1"); res.Removed != 1 {
 		t.Errorf("removed %d, want 1 (a2)", res.Removed)
 	}
 	if got, want := feedRKeys(t, s, "following", "v1", postNSID), []string{"a3", "a1"}; !slices.Equal(got, want) {
@@ -65,15 +73,9 @@ func TestAListingSpanDeletesWhatTheRepoNoLongerHas(t *testing.T) {
 // A span deletes only inside its bounds: From inclusive, Below exclusive.
 func TestAListingSpanKeepsWhatLiesOutsideIt(t *testing.T) {
 	s := MustOpen(t, defaultFeeds)
-	ctx := context.Background()
-	asOf := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
 	apply(t, s, follow("v1", "alice", "f1", 1),
 		post("alice", "a1", 2), post("alice", "b1", 3), post("alice", "b2", 4), post("alice", "c1", 5))
-	res, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("alice"), Collection: postNSID,
-		To: nextPage(t, s, did("alice"), postNSID), Span: &KeySpan{From: "b1", Below: "b2", AsOf: asOf}}, asOf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := listPosts(t, s, reconcileAsOf, &KeySpan{From: "b1", Below: "b2"})
 	if got, want := feedRKeys(t, s, "following", "v1", postNSID), []string{"c1", "b2", "a1"}; res.Removed != 1 || !slices.Equal(got, want) {
 		t.Errorf("removed %d, feed %v; want 1 removed and %v", res.Removed, got, want)
 	}
@@ -83,14 +85,12 @@ func TestAListingSpanKeepsWhatLiesOutsideIt(t *testing.T) {
 // leave the follower's feed.
 func TestAListingSpanUnfollowsWhatTheRepoNoLongerFollows(t *testing.T) {
 	s := MustOpen(t, defaultFeeds)
-	ctx := context.Background()
-	asOf := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
 	apply(t, s, follow("v1", "alice", "f1", 1), follow("v1", "bob", "f2", 2),
 		post("alice", "a1", 3), post("bob", "b1", 4))
 	page := &ListingPage{Account: did("v1"), Collection: followNSID,
 		Records: []ListedRecord{{RKey: "f1", Subject: did("alice"), Value: json.RawMessage(`{}`)}},
-		To:      nextPage(t, s, did("v1"), followNSID), Span: &KeySpan{AsOf: asOf}}
-	res, err := s.ApplyListingPage(ctx, page, asOf)
+		To:      nextPage(t, s, did("v1"), followNSID), FetchedAt: reconcileAsOf, Span: &KeySpan{}}
+	res, err := s.ApplyListingPage(context.Background(), page, reconcileAsOf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,25 +99,91 @@ func TestAListingSpanUnfollowsWhatTheRepoNoLongerFollows(t *testing.T) {
 	}
 }
 
-// A page that finds the stored listing ahead of it deletes nothing: it was
-// fetched before the run that got further, which speaks for the span.
+// A page that finds the stored listing at or past its own position
+// deletes nothing: another run applied it, or got further, from a fetch
+// that may be newer than this one.
 func TestAStaleListingPageDeletesNothing(t *testing.T) {
-	s := MustOpen(t, defaultFeeds)
+	for _, tc := range []struct {
+		name  string
+		ahead int
+	}{{"another run applied the same page", 0}, {"another run got further", 1}} {
+		s := MustOpen(t, defaultFeeds)
+		ctx := context.Background()
+		apply(t, s, follow("v1", "alice", "f1", 1), post("alice", "a1", 2))
+		mine := nextPage(t, s, did("alice"), postNSID)
+		other := mine
+		other.Page += tc.ahead
+		// The other run's page, fetched later, lists a2 (new since).
+		if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("alice"), Collection: postNSID,
+			Records: listed("a1", "a2"), To: other, FetchedAt: reconcileAsOf.Add(time.Minute), Span: &KeySpan{}}, reconcileAsOf); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("alice"), Collection: postNSID,
+			Records: listed("a1"), To: mine, FetchedAt: reconcileAsOf, Span: &KeySpan{}}, reconcileAsOf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := feedRKeys(t, s, "following", "v1", postNSID); !res.Stale || res.Removed != 0 || len(got) != 1 {
+			t.Errorf("%s: %+v, feed %v; want stale, nothing removed", tc.name, res, got)
+		}
+		if n := querySQL[int](t, s, `SELECT count(*) FROM records`); n != 2 {
+			t.Errorf("%s: %d records stored, want a1 and a2", tc.name, n)
+		}
+	}
+}
+
+// notifyOfUpdate stored a follow read after the listing page was fetched:
+// the page does not list it, and must not take it for deleted.
+func TestAListingSpanKeepsAWriteNotifiedAfterItsFetch(t *testing.T) {
+	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: defaultFeeds})
 	ctx := context.Background()
-	asOf := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
-	apply(t, s, follow("v1", "alice", "f1", 1), post("alice", "a1", 2))
-	stale := nextPage(t, s, did("alice"), postNSID)
-	ahead := stale
-	ahead.Page++
-	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("alice"), Collection: postNSID, Records: listed("a1"), To: ahead}, asOf); err != nil {
+	if _, err := s.RegisterViewer(ctx, did("v1"), "following", reconcileAsOf); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("alice"), Collection: postNSID,
-		To: stale, Span: &KeySpan{AsOf: asOf}}, asOf)
+	apply(t, s, follow("v1", "alice", "f1", 1))
+	n := Notified{RecordKey: RecordKey{DID: did("v1"), Collection: followNSID, RKey: "f2"},
+		Present: true, CID: "bafyfollow", Subject: did("bob"), Record: json.RawMessage(`{"subject":"did:plc:bob"}`)}
+	before, err := s.LookupRecord(ctx, n.RecordKey, reconcileAsOf.Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := feedRKeys(t, s, "following", "v1", postNSID); !res.Stale || res.Removed != 0 || len(got) != 1 {
-		t.Errorf("stale page: %+v, feed %v; want stale, nothing removed, a1 kept", res, got)
+	n.Before = before
+	if _, _, err := s.ApplyNotified(ctx, []Notified{n}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("v1"), Collection: followNSID,
+		Records: []ListedRecord{{RKey: "f1", Subject: did("alice"), Value: json.RawMessage(`{}`)}},
+		To:      nextPage(t, s, did("v1"), followNSID), FetchedAt: reconcileAsOf, Span: &KeySpan{}}, reconcileAsOf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	followees, err := s.Followees(ctx, did("v1"), followNSID)
+	if err != nil || res.Removed != 0 || !slices.Contains(followees, did("bob")) {
+		t.Errorf("removed %d, followees %v, %v; want the notified follow of bob kept", res.Removed, followees, err)
+	}
+}
+
+// A record a listing took for deleted that a later listing finds again is
+// written again: the tombstone was only an inference. One the stream
+// delivered still keeps a listed record out.
+func TestALaterListingUndoesAnInferredDelete(t *testing.T) {
+	s := MustOpen(t, defaultFeeds)
+	apply(t, s, follow("v1", "alice", "f1", 1), post("alice", "a1", 2), post("alice", "a2", 3), post("alice", "a3", 4))
+	apply(t, s, unpost("alice", "a3", 5)) // a stream delete
+	listPosts(t, s, reconcileAsOf, &KeySpan{}, "a1")
+	if got := feedRKeys(t, s, "following", "v1", postNSID); !slices.Equal(got, []string{"a1"}) {
+		t.Fatalf("feed after the first listing = %v", got)
+	}
+	// A page fetched before the one that inferred the delete cannot undo
+	// it.
+	if res := listPosts(t, s, reconcileAsOf.Add(-time.Minute), nil, "a2"); res.Written != 0 {
+		t.Errorf("a page fetched earlier wrote %d records over the inferred delete", res.Written)
+	}
+	res := listPosts(t, s, reconcileAsOf.Add(time.Hour), nil, "a1", "a2", "a3")
+	if res.Written != 1 {
+		t.Errorf("the later listing wrote %d records, want a2 alone (a3's delete came from the stream)", res.Written)
+	}
+	if n := querySQL[int](t, s, `SELECT count(*) FROM records WHERE rkey = 'a2'`); n != 1 {
+		t.Errorf("a2 stored %d times, want once", n)
 	}
 }

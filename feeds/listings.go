@@ -55,6 +55,12 @@ type ListingPage struct {
 	// To is the listing state after this page; it is stored in the same
 	// transaction as the page's rows.
 	To Listing
+	// FetchedAt is when the page was asked for. A record a listing shows
+	// gone is deleted at a revision just older than this, and a record an
+	// earlier listing showed gone is written again by a page fetched well
+	// after that one. Zero: the page deletes nothing, and writes nothing
+	// over any tombstone.
+	FetchedAt time.Time
 	// Span, when set, is the stretch of keys the page lists whole. Stored
 	// records in it that the page lacks were deleted upstream and are
 	// deleted here (listing_reconcile.go). Nil for a page that cannot
@@ -65,8 +71,9 @@ type ListingPage struct {
 // ListingResult counts what a page did.
 type ListingResult struct {
 	Written, Existing int
-	// Stale is set when the stored state was already ahead of the page's
-	// (another run got further): the rows were written, the cursor kept.
+	// Stale is set when the stored state was already at or past the
+	// page's (another run applied this page, or got further): the rows
+	// were written, the cursor kept, nothing deleted.
 	Stale bool
 	// NotViewer is set for a page of follow records of an account that
 	// views no feed of the collection any more (retired while the listing
@@ -147,13 +154,14 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 				return nil
 			}
 		}
+		rev := listingRev(p.FetchedAt)
 		for i := range p.Records {
 			r := &p.Records[i]
 			var wrote bool
 			if isFollow {
-				wrote, err = w.listFollow(actorID, collID, r)
+				wrote, err = w.listFollow(actorID, collID, r, rev)
 			} else {
-				wrote, err = w.listRecord(actorID, collID, r, now)
+				wrote, err = w.listRecord(actorID, collID, r, rev, now)
 			}
 			if err != nil {
 				return err
@@ -168,12 +176,12 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 		if err != nil {
 			return err
 		}
-		if found && cur.Ahead(p.To) {
+		if found && !p.To.Ahead(cur) {
 			res.Stale = true
 			s.metrics.casMismatch("listing")
 			return nil
 		}
-		if p.Span != nil {
+		if p.Span != nil && !p.FetchedAt.IsZero() {
 			if res.Removed, err = w.reconcileSpan(p, actorID, collID, isFollow); err != nil {
 				return err
 			}
@@ -210,14 +218,14 @@ func (s *Store) FailListing(ctx context.Context, account syntax.DID, collection 
 	})
 }
 
-func (w *txWriter) listFollow(actorID, collID int64, r *ListedRecord) (bool, error) {
+func (w *txWriter) listFollow(actorID, collID int64, r *ListedRecord, listingRev string) (bool, error) {
 	var subject int64
 	var rev string
 	found, err := w.queryRow(w.s.stmts.followByKey, []any{actorID, collID, string(r.RKey)}, &subject, &rev)
 	if err != nil || found {
 		return false, err
 	}
-	if exists, _, err := w.tombstoned(actorID, collID, r.RKey, ""); err != nil || exists {
+	if blocked, err := w.listedTombstone(actorID, collID, r.RKey, listingRev); err != nil || blocked {
 		return false, err
 	}
 	subjectID, err := w.actorID(r.Subject)
@@ -230,14 +238,14 @@ func (w *txWriter) listFollow(actorID, collID int64, r *ListedRecord) (bool, err
 	return true, nil
 }
 
-func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, now time.Time) (bool, error) {
+func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, listingRev string, now time.Time) (bool, error) {
 	var id, sortUS int64
 	var rev string
 	found, err := w.queryRow(w.s.stmts.recordByKey, []any{actorID, collID, string(r.RKey)}, &id, &rev, &sortUS)
 	if err != nil || found {
 		return false, err
 	}
-	if exists, _, err := w.tombstoned(actorID, collID, r.RKey, ""); err != nil || exists {
+	if blocked, err := w.listedTombstone(actorID, collID, r.RKey, listingRev); err != nil || blocked {
 		return false, err
 	}
 	indexed := listedIndexTime(r, now)
@@ -258,6 +266,25 @@ func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, now time.T
 		return false, err
 	}
 	return true, nil
+}
+
+// listedTombstone reports whether a tombstone keeps a listed record out:
+// any the stream delivered does (the listing carries no rev to weigh
+// against it). One an earlier listing inferred (reconcileSpan) and older
+// than this listing is cleared instead: the record is there after all.
+func (w *txWriter) listedTombstone(actorID, collID int64, rkey syntax.RecordKey, listingRev string) (bool, error) {
+	var tsRev string
+	found, err := w.queryRow(w.s.stmts.tombstoneByKey, []any{actorID, collID, string(rkey)}, &tsRev)
+	if err != nil || !found {
+		return found, err
+	}
+	if !listedOver(tsRev, listingRev) {
+		return true, nil
+	}
+	if _, err := w.exec(w.s.stmts.deleteTombstone, actorID, collID, string(rkey)); err != nil {
+		return false, fmt.Errorf("clear tombstone: %w", err)
+	}
+	return false, nil
 }
 
 // listedIndexTime stands in for the event time a listed record never had:

@@ -160,9 +160,11 @@ func TestBackfillInterruptedAndResumed(t *testing.T) {
 	if want := "did:plc:alice following: first read complete, 6 feed items\n"; out != want {
 		t.Errorf("resumed backfill printed %q, want %q", out, want)
 	}
+	// The resumed run asks for the third page again, then for the empty
+	// page that confirms the end of the listing.
 	asked = pds.asked(alice, followNSID)
-	if len(asked) != 4 || asked[3] != asked[2] {
-		t.Errorf("follow pages asked for over both runs: %q; want the resumed run to ask once, with the third page's cursor", asked)
+	if len(asked) != 5 || asked[3] != asked[2] || asked[4] == asked[3] {
+		t.Errorf("follow pages asked for over both runs: %q; want the resumed run to go on from the third page's cursor", asked)
 	}
 	// Not a terminal: log lines, the last one saying it is done.
 	if !strings.Contains(logs, `msg=progress task="backfill following" state=done done=3 total=3`) {
