@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,13 @@ const (
 	notifyApplyTimeout = 4 * time.Second
 	// notifyConcurrency bounds the records of one call fetched at once.
 	notifyConcurrency = 8
+	// notifyGlobal and notifyPerHost bound the getRecord requests of all
+	// calls together, overall and to one PDS host: calls arrive in
+	// parallel, and an app that notifies for many records of accounts on
+	// one PDS must not turn us into a load on it. A record that waits out
+	// the call's fetch time for a slot fails with UpstreamFailure.
+	notifyGlobal  = 32
+	notifyPerHost = 4
 )
 
 // notifier implements notifyOfUpdate (xrpc.Notifier): for each URI it
@@ -43,6 +51,7 @@ type notifier struct {
 	store    *feeds.Store
 	resolver backfill.Resolver
 	pds      *pds.Client
+	limits   *pds.Limiter
 	follows  map[syntax.NSID]bool
 	log      *slog.Logger
 	outcomes *prometheus.CounterVec
@@ -68,6 +77,7 @@ func wireNotify(xcfg *xrpc.Config, cfg Config, store *feeds.Store, dir backfill.
 		store:    store,
 		resolver: dir,
 		pds:      pds.NewClient(httpc, pds.Options{Timeout: cfg.Backfill.RequestTimeout}),
+		limits:   pds.NewLimiter(notifyGlobal, notifyPerHost),
 		follows:  map[syntax.NSID]bool{},
 		log:      log.With("component", "notify"),
 		afterCommit: func(res feeds.BatchResult) {
@@ -216,7 +226,16 @@ func (n *notifier) fetch(ctx context.Context, it *notifyItem) error {
 		return fail(xrpc.NotifyErrUpstreamFailure, err.Error())
 	}
 	it.rec = feeds.Notified{RecordKey: key, Before: before}
+	host, err := url.Parse(ident.PDS)
+	if err != nil {
+		return fail(xrpc.NotifyErrAccountNotFound, "the PDS endpoint is not a URL")
+	}
+	release, err := n.limits.Acquire(ctx, host.Host)
+	if err != nil {
+		return fail(xrpc.NotifyErrUpstreamFailure, "timed out waiting for a request slot to "+host.Host)
+	}
 	rec, err := n.pds.GetRecord(ctx, ident.PDS, did, coll, rkey)
+	release()
 	switch pds.KindOf(err) {
 	case 0:
 		if err != nil {

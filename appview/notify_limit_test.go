@@ -1,0 +1,84 @@
+package appview
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/atfeeds/appview/directory"
+	"github.com/atfeeds/appview/egress"
+	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/pds"
+	"github.com/atfeeds/appview/pds/pdstest"
+)
+
+type fixedResolver struct{ pds string }
+
+func (r fixedResolver) LookupDID(_ context.Context, did syntax.DID) (*directory.Identity, error) {
+	return &directory.Identity{DID: did, PDS: r.pds}, nil
+}
+
+// Parallel notifyOfUpdate calls for records on one PDS share its request
+// slots: however many calls arrive, no more than notifyPerHost getRecord
+// requests reach the host at once.
+func TestNotifyBoundsRequestsPerPDSAcrossCalls(t *testing.T) {
+	var inFlight, most atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(20 * time.Millisecond)
+		q := r.URL.Query()
+		uri := fmt.Sprintf("at://%s/%s/%s", q.Get("repo"), q.Get("collection"), q.Get("rkey"))
+		body := `{"$type":"app.bsky.feed.post","text":"x","createdAt":"2026-01-01T00:00:00Z"}`
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"uri":%q,"cid":%q,"value":%s}`, uri, pdstest.FakeCID([]byte(uri)), body)
+	}))
+	t.Cleanup(srv.Close)
+
+	store, err := feeds.Open(context.Background(), feeds.Options{Path: t.TempDir() + "/appview.db", IndexAll: true,
+		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, Targets: []feeds.Target{{Collection: postNSID, Cap: 10}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	httpc := egress.NewClient(egress.Options{AllowPrivateNetworks: true, Timeout: 5 * time.Second})
+	n := &notifier{
+		store: store, resolver: fixedResolver{pds: srv.URL},
+		pds:      pds.NewClient(httpc, pds.Options{Timeout: 5 * time.Second}),
+		limits:   pds.NewLimiter(notifyGlobal, notifyPerHost),
+		follows:  map[syntax.NSID]bool{followNSID: true},
+		log:      slog.New(slog.DiscardHandler),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_outcomes"}, []string{"outcome"}),
+		now:      time.Now,
+	}
+	var wg sync.WaitGroup
+	for c := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var uris []syntax.ATURI
+			for i := range notifyConcurrency {
+				uris = append(uris, syntax.ATURI(fmt.Sprintf("at://did:plc:author%d/%s/3kaaaaaaaaa%02d", c, postNSID, i)))
+			}
+			res, err := n.NotifyOfUpdate(context.Background(), uris)
+			if err != nil || len(res.Errors) != 0 || len(res.Indexed) != len(uris) {
+				t.Errorf("call %d: %+v, %v", c, res, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if m := most.Load(); m > notifyPerHost {
+		t.Errorf("%d getRecord requests reached the PDS at once, want at most %d", m, notifyPerHost)
+	}
+}
