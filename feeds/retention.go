@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -22,10 +21,15 @@ const retentionSlice = 1000
 const retentionProbeBudget = 100_000
 
 // retentionLapEvery spaces the retention scan's laps in event time, and
-// a tenth of the window when that is shorter. A lap that reached the cutoff
-// has retired everything due; starting the next at once would re-examine
-// the old records feeds still hold on every tick. Records thus outlive the
-// retention window by at most this much.
+// a tenth of the window when that is shorter. A lap goes on from where the
+// last one stopped, so it examines only the records that aged out since;
+// records feeds still held when the scan passed them are examined again
+// only by a full lap, from the start, once per tenth of the window. A
+// record nobody holds thus outlives the window by at most a lap; one a
+// feed held and let go, by at most a tenth of the window. (Starting every
+// lap from the start re-examined every held record each minute: at a few
+// hundred thousand old records held by sparse feeds, seconds of the
+// writer's time per minute.)
 const retentionLapEvery = time.Minute
 
 // retain runs one bounded retention slice. Age is measured in event time
@@ -36,14 +40,16 @@ const retentionLapEvery = time.Minute
 // Records are scanned in (indexed_us, id) order from a stored position:
 // records that feeds still hold are stepped over rather than examined again
 // on every tick, so each slice costs the same however many old records
-// feeds hold. When the scan reaches the cutoff it starts over, one
-// retentionLapEvery of event time later.
+// feeds hold. When the scan reaches the cutoff the lap ends; the next
+// starts retentionLapEvery of event time later, from the same position,
+// or from the start when a full lap is due.
 func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	sw := &s.sweep
 	nowUS := s.Cursor().TimeUS
 	if nowUS == 0 || (!sw.retainMore && nowUS < sw.retainNextUS) {
 		return nil
 	}
+	fullLap := !sw.retainMore && nowUS >= sw.retainFullUS
 	keepRecords, keepTombstones := sw.opts.Retention < 0, sw.opts.TombstoneWindow < 0
 	if keepRecords && keepTombstones {
 		return nil
@@ -55,24 +61,26 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	defer w.tx.Rollback()
 	st := *sw.state
 	more := false
+	if fullLap {
+		st.retainAfterUS, st.retainAfterID = 0, 0
+	}
 
 	var records int64
 	if !keepRecords {
 		cutoff := nowUS - sw.opts.Retention.Microseconds()
-		endUS, endID, full, err := w.retentionWindow(st.retainAfterUS, st.retainAfterID, cutoff, sw.probeBudget)
+		endUS, endID, full, n, err := w.retentionWindow(st.retainAfterUS, st.retainAfterID, cutoff, sw.probeBudget)
 		if err != nil {
 			return err
 		}
-		records, err = w.retireRecords(st.retainAfterUS, st.retainAfterID, endUS, endID, cutoff)
-		if err != nil {
-			return err
-		}
-		if full {
+		if n > 0 {
+			records, err = w.retireRecords(st.retainAfterUS, st.retainAfterID, endUS, endID, cutoff)
+			if err != nil {
+				return err
+			}
 			st.retainAfterUS, st.retainAfterID = endUS, endID
-			more = true
-		} else {
-			st.retainAfterUS, st.retainAfterID = 0, 0
 		}
+		more = full
+		res.RecordsExamined = int64(n)
 		if st.retainAfterUS != sw.state.retainAfterUS || st.retainAfterID != sw.state.retainAfterID {
 			if _, err := w.exec(sw.stmts.saveRetain, st.retainAfterUS, st.retainAfterID); err != nil {
 				return fmt.Errorf("save retention position: %w", err)
@@ -95,6 +103,9 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	}
 	sw.state = &st
 	sw.retainMore = more
+	if fullLap {
+		sw.retainFullUS = nowUS + max(sw.opts.Retention/10, retentionLapEvery).Microseconds()
+	}
 	if !more {
 		lap := retentionLapEvery
 		if tenth := sw.opts.Retention / 10; tenth > 0 && tenth < lap {
@@ -104,31 +115,31 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	}
 	res.RecordsRetired = records
 	res.TombstonesRetired = tombstones
-	s.metrics.observeRetention(records, tombstones)
+	s.metrics.observeRetention(res.RecordsExamined, records, tombstones)
 	return nil
 }
 
 // retentionWindow finds where the slice after (afterUS, afterID) ends:
 // after retentionSlice candidates, or before the candidate whose probes
-// would take the slice's past budget. full is false when the window
-// reaches the cutoff; its end is then open.
-func (w *txWriter) retentionWindow(afterUS, afterID, cutoff, budget int64) (endUS, endID int64, full bool, err error) {
+// would take the slice past its budget; n is the candidates it holds.
+// full is false when the window reaches the cutoff.
+func (w *txWriter) retentionWindow(afterUS, afterID, cutoff, budget int64) (endUS, endID int64, full bool, n int, err error) {
 	type candidate struct{ us, id, actor, coll int64 }
 	rows, err := w.stmt(w.s.sweep.stmts.retainWindow).QueryContext(w.ctx, afterUS, afterID, cutoff, retentionSlice)
 	if err != nil {
-		return 0, 0, false, fmt.Errorf("find retention window: %w", err)
+		return 0, 0, false, 0, fmt.Errorf("find retention window: %w", err)
 	}
 	var cands []candidate
 	for rows.Next() {
 		var c candidate
 		if err := rows.Scan(&c.us, &c.id, &c.actor, &c.coll); err != nil {
 			rows.Close()
-			return 0, 0, false, fmt.Errorf("find retention window: %w", err)
+			return 0, 0, false, 0, fmt.Errorf("find retention window: %w", err)
 		}
 		cands = append(cands, c)
 	}
 	if err := errors.Join(rows.Close(), rows.Err()); err != nil {
-		return 0, 0, false, fmt.Errorf("find retention window: %w", err)
+		return 0, 0, false, 0, fmt.Errorf("find retention window: %w", err)
 	}
 	probes := map[[2]int64]int64{} // per author and collection
 	var spent int64
@@ -137,20 +148,20 @@ func (w *txWriter) retentionWindow(afterUS, afterID, cutoff, budget int64) (endU
 		cost, ok := probes[k]
 		if !ok {
 			if _, err := w.queryRow(w.s.sweep.stmts.retainProbes, []any{c.actor, c.coll, budget + 1}, &cost); err != nil {
-				return 0, 0, false, fmt.Errorf("count retention probes: %w", err)
+				return 0, 0, false, 0, fmt.Errorf("count retention probes: %w", err)
 			}
 			probes[k] = cost
 		}
 		if i > 0 && spent+max(cost, 1) > budget {
-			return cands[i-1].us, cands[i-1].id, true, nil
+			return cands[i-1].us, cands[i-1].id, true, i, nil
 		}
 		spent += max(cost, 1)
 	}
-	if len(cands) == retentionSlice {
-		last := cands[len(cands)-1]
-		return last.us, last.id, true, nil
+	if len(cands) == 0 {
+		return afterUS, afterID, false, 0, nil
 	}
-	return math.MaxInt64, math.MaxInt64, false, nil
+	last := cands[len(cands)-1]
+	return last.us, last.id, len(cands) == retentionSlice, len(cands), nil
 }
 
 // retireRecords deletes the window's records that no feed holds, and marks

@@ -70,18 +70,25 @@ func TestRetentionRetiresOnlyUnreferencedOldRecordsAndOldTombstones(t *testing.T
 	if r := tick(t, s, t0.Add(1001*time.Hour), false); r.RecordsRetired != 0 || r.TombstonesRetired != 0 || r.Pending {
 		t.Fatalf("idle tick retired %+v", r)
 	}
-	// Once no feed holds it, the old record goes with the next lap of the
-	// scan, a minute of event time after the last.
+	// Once no feed holds it, the old record goes with the next full lap
+	// of the scan, a tenth of the window (6 min of event time) after the
+	// last. The laps in between examine only what aged out since: not
+	// the record they stepped over.
 	unfollowed := 3*hourUS + hourUS/2 + 1
+	minuteUS := int64(time.Minute / time.Microsecond)
 	apply(t, s, unfollow("v", "f", unfollowed))
 	if r := tick(t, s, t0.Add(1002*time.Hour), false); r.RecordsRetired != 0 {
 		t.Fatalf("retired %d records before the next lap was due", r.RecordsRetired)
 	}
-	apply(t, s, post("bob", "later", unfollowed+int64(time.Minute/time.Microsecond)))
-	if r := tick(t, s, t0.Add(1003*time.Hour), false); r.RecordsRetired != 1 {
-		t.Fatalf("retired %d records after the unfollow, want 1", r.RecordsRetired)
+	apply(t, s, post("bob", "later", unfollowed+minuteUS))
+	if r := tick(t, s, t0.Add(1003*time.Hour), false); r.RecordsRetired != 0 || r.RecordsExamined != 0 {
+		t.Fatalf("a lap between full laps retired %d and examined %d records, want none", r.RecordsRetired, r.RecordsExamined)
 	}
-	if got, want := storedRKeys(t, s, "records"), []string{"late", "later", "orphan-new"}; !slices.Equal(got, want) {
+	apply(t, s, post("bob", "latest", unfollowed+6*minuteUS))
+	if r := tick(t, s, t0.Add(1004*time.Hour), false); r.RecordsRetired != 1 {
+		t.Fatalf("retired %d records at the full lap after the unfollow, want 1", r.RecordsRetired)
+	}
+	if got, want := storedRKeys(t, s, "records"), []string{"late", "later", "latest", "orphan-new"}; !slices.Equal(got, want) {
 		t.Fatalf("records = %v, want %v", got, want)
 	}
 }

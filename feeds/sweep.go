@@ -165,6 +165,7 @@ type SweepResult struct {
 	// bound), so an idle timer may tick again soon.
 	Pending           bool
 	RecordsRetired    int64
+	RecordsExamined   int64 // retention candidates the slice examined
 	TombstonesRetired int64
 	VacuumedPages     int64
 	// FieldRecords is how many stored records a field backlog slice
@@ -184,6 +185,7 @@ type sweeper struct {
 	vacuumMore    bool
 	retainNextUS  int64 // stream time at which the next retention lap may start
 	retainMore    bool  // the last retention slice was full
+	retainFullUS  int64 // stream time at which the next lap starts from the start
 	probeBudget   int64 // feed-row probes one retention slice may make (retentionProbeBudget)
 }
 

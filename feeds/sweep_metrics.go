@@ -18,6 +18,7 @@ type sweepMetrics struct {
 	grownDropped  prometheus.Counter
 	vacuumedPages prometheus.Counter
 	records       prometheus.Counter
+	examined      prometheus.Counter
 	tombstones    prometheus.Counter
 }
 
@@ -64,6 +65,10 @@ func newSweepMetrics(reg prometheus.Registerer) *sweepMetrics {
 			Namespace: "appview", Subsystem: "retention", Name: "records_retired_total",
 			Help: "Target records deleted because no feed holds them and they are older than the retention window.",
 		}),
+		examined: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "appview", Subsystem: "retention", Name: "records_examined_total",
+			Help: "Records past the retention window the scan checked (retired or still held by a feed); a full lap checks the held ones again.",
+		}),
 		tombstones: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "appview", Subsystem: "retention", Name: "tombstones_retired_total",
 			Help: "Delete tombstones deleted because they are older than the replay window.",
@@ -73,7 +78,7 @@ func newSweepMetrics(reg prometheus.Registerer) *sweepMetrics {
 		m.slices.WithLabelValues(string(r))
 	}
 	reg.MustRegister(m.slices, m.viewers, m.rows, m.sliceTime, m.lastPassEnd, m.lastPassLap,
-		m.lastPassRows, m.grownDropped, m.vacuumedPages, m.records, m.tombstones)
+		m.lastPassRows, m.grownDropped, m.vacuumedPages, m.records, m.examined, m.tombstones)
 	return m
 }
 
@@ -110,10 +115,11 @@ func (m *Metrics) observeVacuum(pages int64) {
 	m.sweep.vacuumedPages.Add(float64(pages))
 }
 
-func (m *Metrics) observeRetention(records, tombstones int64) {
+func (m *Metrics) observeRetention(examined, records, tombstones int64) {
 	if m == nil || m.sweep == nil {
 		return
 	}
+	m.sweep.examined.Add(float64(examined))
 	m.sweep.records.Add(float64(records))
 	m.sweep.tombstones.Add(float64(tombstones))
 }

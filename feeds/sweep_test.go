@@ -320,7 +320,7 @@ func TestSweepMetrics(t *testing.T) {
 	var nilMetrics *Metrics
 	nilMetrics.observeSlice(SweepIngest, 1, 1, time.Second)
 	nilMetrics.observePass(sweepState{lastPassEndUS: 1})
-	nilMetrics.observeRetention(1, 1)
+	nilMetrics.observeRetention(1, 1, 1)
 }
 
 func TestSweepTrimsADeploymentSmallerThanTheBudgetInOneTick(t *testing.T) {
