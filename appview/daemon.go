@@ -46,7 +46,9 @@ type Daemon struct {
 	status   *statusPage
 	listener net.Listener
 	gaps     prometheus.Counter
-	now      func() time.Time
+	// forgetIdentities empties the directory's cache at a gap.
+	forgetIdentities func()
+	now              func() time.Time
 }
 
 // Build opens the database and constructs every part; nothing runs until
@@ -173,11 +175,12 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 			sweepIdle:       cfg.Sweep.IdleInterval,
 			now:             time.Now,
 		},
-		server:   server,
-		status:   status,
-		listener: listener,
-		gaps:     gaps,
-		now:      time.Now,
+		server:           server,
+		status:           status,
+		listener:         listener,
+		gaps:             gaps,
+		forgetIdentities: dir.PurgeAll,
+		now:              time.Now,
 	}, nil
 }
 
@@ -266,6 +269,9 @@ func (d *Daemon) resumePosition() jetstream.Position {
 				d.log.Error("record stream gap", "err", err)
 			case recorded:
 				d.gaps.Inc()
+				if d.forgetIdentities != nil {
+					d.forgetIdentities()
+				}
 				d.log.Warn("stream_gap", "cursor_time_us", c.TimeUS, "gap", (age - window).Round(time.Second),
 					"action", "viewers rebuild from their PDSes at their next read")
 			}

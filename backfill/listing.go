@@ -76,9 +76,10 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 	host := id.PDS
 	st = resumeAt(st, host)
 	restarted := false
-	// above is the lowest key of this run's previous page: the next page
-	// speaks for the keys under it. Unknown on a resumed round.
-	above, aboveKnown := "", st.Cursor == ""
+	// above is the lowest key of the round's previous page: the next page
+	// speaks for the keys under it. A resumed round has it from the
+	// stored listing, when the page before was in order.
+	above, aboveKnown := resumeAbove(st)
 	for {
 		// A resumed listing asks only for what its limit has left.
 		limit := pageLimit(maxRecords, st.Fetched)
@@ -89,7 +90,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 				// The PDS no longer honours our cursor: restart the round once.
 				restarted = true
 				st = feeds.Listing{Host: host, Round: st.Round + 1, Attempts: st.Attempts}
-				above, aboveKnown = "", true
+				above, aboveKnown = resumeAbove(st)
 				continue
 			}
 			if errors.Is(err, pds.ErrCursorTooLong) {
@@ -131,6 +132,10 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 			span = pageSpan(records, above, aboveKnown, ended)
 		}
 		above, aboveKnown = nextAbove(page, above, aboveKnown)
+		next.LowKey = ""
+		if aboveKnown {
+			next.LowKey = above
+		}
 		failpoint.Hit(failpoint.BackfillBeforePage)
 		res, err := s.store.ApplyListingPage(ctx, &feeds.ListingPage{Account: account, Collection: coll,
 			Records: records, To: next, FetchedAt: asOf, Span: span}, s.cfg.Now())
@@ -159,9 +164,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 				return nil
 			}
 			st = resumeAt(cur, host)
-			// The pages between ours and where the other run stands are
-			// not this run's to vouch for.
-			above, aboveKnown = "", st.Cursor == ""
+			above, aboveKnown = resumeAbove(st)
 			continue
 		}
 		st = next
@@ -226,6 +229,16 @@ func nextAbove(page pds.Page, above string, known bool) (string, bool) {
 		}
 	}
 	return string(records[len(records)-1].RKey), true
+}
+
+// resumeAbove is the upper end of the span of the next page of listing
+// st: the top at a round's start, else the stored lowest key of the page
+// before, when known.
+func resumeAbove(st feeds.Listing) (string, bool) {
+	if st.Cursor == "" {
+		return "", true
+	}
+	return st.LowKey, st.LowKey != ""
 }
 
 // resumeAt is where a run on host goes on from the stored state st: from

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,5 +225,55 @@ func TestPageSpan(t *testing.T) {
 		if (got == nil) != (tc.want == nil) || (got != nil && *got != *tc.want) {
 			t.Errorf("%s: pageSpan = %+v, want %+v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The follow listing is interrupted before the empty page that confirms
+// its end: the resumed run's first page is that empty page, and it still
+// reaches the bottom, from the stored lowest key of the page before, so an
+// unfollow of the oldest follow is found.
+func TestAResumedRoundStillVouchesForTheBottom(t *testing.T) {
+	w := newWorld(t, Config{})
+	viewer := w.account("viewer")
+	var keys []string
+	for i := range 150 {
+		keys = append(keys, string(w.follow(viewer, did(fmt.Sprint("acct", i)), i)))
+	}
+	ctx := context.Background()
+	if _, err := w.store.RegisterViewer(ctx, viewer, "following", w.clock); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.svc.ensureListing(ctx, viewer, followNSID, 10_000, "follows"); err != nil {
+		t.Fatal(err)
+	}
+	w.pds.DeleteRecord(viewer, followNSID, syntax.RecordKey(keys[0]))
+	w.advance(time.Hour)
+	if _, err := w.store.RecordGap(ctx, feeds.Gap{Detected: w.clock, CursorUS: 1, Size: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	// Pages of 100 and 49 answer; the third request, for the empty page,
+	// is cut off by a stop.
+	runCtx, cancel := context.WithCancel(ctx)
+	var asked atomic.Int32
+	w.gate.Store(func(r *http.Request) {
+		if r.URL.Query().Get("repo") == string(viewer) && asked.Add(1) == 3 {
+			cancel()
+			<-r.Context().Done()
+		}
+	})
+	if err := w.svc.ensureListing(runCtx, viewer, followNSID, 10_000, "follows"); err == nil {
+		t.Fatal("the interrupted listing reported success")
+	}
+	w.gate.Store(func(*http.Request) {})
+	if err := w.svc.ensureListing(ctx, viewer, followNSID, 10_000, "follows"); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := w.store.Followees(ctx, viewer, followNSID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != 149 || slices.Contains(stored, did("acct0")) {
+		t.Errorf("%d follows stored after the resumed round, acct0 among them: %v; want 149 without it",
+			len(stored), slices.Contains(stored, did("acct0")))
 	}
 }

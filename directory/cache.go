@@ -157,6 +157,18 @@ func (c *cache[V]) purge(key string) (V, bool) {
 	return e.val, e.err == nil
 }
 
+// purgeAll forgets every entry, and every lookup under way stores nothing.
+func (c *cache[V]) purgeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key := range c.inflight {
+		c.group.Forget(key)
+		c.purgedAt[key] = c.seq
+	}
+	clear(c.entries)
+	c.order.Init()
+}
+
 // len reports the number of stored entries, expired ones included.
 func (c *cache[V]) len() int {
 	c.mu.Lock()

@@ -206,6 +206,13 @@ func (d *Directory) Purge(did syntax.DID) {
 	}
 }
 
+// PurgeAll forgets everything cached: after a gap in the stream the
+// identity events that would have purged entries one by one are lost.
+func (d *Directory) PurgeAll() {
+	d.docs.purgeAll()
+	d.handles.purgeAll()
+}
+
 // PurgeHandle forgets the cached resolution of handle.
 func (d *Directory) PurgeHandle(handle syntax.Handle) {
 	d.handles.purge(handle.Normalize().String())

@@ -281,6 +281,45 @@ func TestPurgeDuringFetch(t *testing.T) {
 	}
 }
 
+// PurgeAll (a gap in the stream: the identity events in it are lost)
+// forgets every cached document and handle, and a fetch under way at that
+// moment is not cached.
+func TestPurgeAll(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "alice.test", pds1)
+	plc.Add(bob, "", pds1)
+	d, _ := newTestDirectory(t, plc, nil)
+	ctx := t.Context()
+	if _, err := d.LookupHandle(ctx, "alice.test"); err != nil {
+		t.Fatal(err)
+	}
+	base := plc.Requests()
+	plc.Block()
+	done := make(chan struct{})
+	go func() {
+		d.LookupDID(t.Context(), bob)
+		close(done)
+	}()
+	waitFor(t, func() bool { return plc.Requests() == base+1 })
+	plc.Add(alice, "alice2.test", pds2)
+	plc.SetHandle("alice.test", "")
+	plc.Add(bob, "", pds2)
+	d.PurgeAll()
+	plc.Release()
+	<-done
+
+	if ident, err := d.LookupDID(ctx, alice); err != nil || *ident != (Identity{DID: alice, Handle: "alice2.test", PDS: pds2}) {
+		t.Errorf("alice after PurgeAll: %+v %v", ident, err)
+	}
+	if _, err := d.LookupHandle(ctx, "alice.test"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("old handle after PurgeAll: %v", err)
+	}
+	before := plc.Requests()
+	if ident, err := d.LookupDID(ctx, bob); err != nil || ident.PDS != pds2 || plc.Requests() != before+1 {
+		t.Errorf("the fetch that raced PurgeAll was cached: %+v %v, %d requests", ident, err, plc.Requests()-before)
+	}
+}
+
 func TestEviction(t *testing.T) {
 	plc := startPLC(t)
 	dids := []syntax.DID{alice, bob, "did:plc:carol34567abcdefghijklmn"}

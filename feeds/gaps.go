@@ -50,8 +50,12 @@ func (w *txWriter) recordGap(g Gap) (bool, error) {
 	for _, q := range []string{
 		`INSERT INTO gaps (detected_us, cursor_us, size_us) VALUES (?1, ?2, ?3)`,
 		`UPDATE viewers SET state = 'pending', attempts = 0, next_retry_us = 0 WHERE state = 'complete'`,
+		// Every listing, not only the complete ones: pages a round in
+		// progress (or failed, or gone) applied before the gap are as
+		// stale as a finished round's. A run under way finds its next
+		// page stale and starts the new round.
 		`UPDATE listings SET ` + reopenListing + `,
-			attempts = 0, next_retry_us = 0 WHERE complete = 1`,
+			gone = 0, attempts = 0, last_error = '', next_retry_us = 0`,
 	} {
 		if _, err := w.tx.ExecContext(w.ctx, q, g.Detected.UnixMicro(), g.CursorUS, g.Size.Microseconds()); err != nil {
 			return false, fmt.Errorf("record gap: %w", err)

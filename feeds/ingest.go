@@ -110,6 +110,9 @@ func (w *txWriter) commit() error {
 		return err
 	}
 	w.s.identities.changed(w.identities)
+	if w.allIdentities {
+		w.s.identities.forgetAll()
+	}
 	w.s.rememberActors(w.newActors)
 	w.s.publishFollowed(w.newFollowed)
 	w.s.viewers.apply(w.viewerChanges)
@@ -145,6 +148,8 @@ type txWriter struct {
 	// identities had an identity event; the identity log hears of them
 	// once committed.
 	identities []syntax.DID
+	// allIdentities: a gap; every identity may have changed.
+	allIdentities bool
 }
 
 // recordChanged notes a record updated or deleted in this transaction, for

@@ -21,8 +21,11 @@ const aboveEveryRecordKey = "\x7f"
 
 // unlistedSuffix marks the revision of a tombstone a listing inferred
 // (reconcileSpan), as against one the stream delivered: a later listing
-// that finds the record again may clear it (listedOver).
-const unlistedSuffix = ".unlisted"
+// that finds the record again may clear it (listedOver). It sorts below
+// the digits a notified write appends to the same base (notifiedRev), so
+// notifyOfUpdate, which reads the record after the listing, wins over it
+// as over a stream tombstone of the same rev.
+const unlistedSuffix = ".-unlisted"
 
 // KeySpan is a stretch of record keys a listing page speaks for whole:
 // every record the PDS held in it when the page was fetched is in the

@@ -187,3 +187,91 @@ func TestALaterListingUndoesAnInferredDelete(t *testing.T) {
 		t.Errorf("a2 stored %d times, want once", n)
 	}
 }
+
+// notifyOfUpdate reads the record after a listing inferred it deleted:
+// the notified write wins over the inferred tombstone, as it does over a
+// stream tombstone of the same revision.
+func TestANotifiedWriteWinsOverAnInferredDelete(t *testing.T) {
+	s := MustOpen(t, defaultFeeds)
+	ctx := context.Background()
+	apply(t, s, follow("v1", "alice", "f1", 1), post("alice", "a1", 2), post("alice", "a2", 3))
+	listPosts(t, s, reconcileAsOf, &KeySpan{}, "a1")
+	n := fetched("alice", "a2", str("back"))
+	before, err := s.LookupRecord(ctx, n.RecordKey, reconcileAsOf.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Before = before
+	out, _ := applyNotified(t, s, n)
+	if out[0] != NotifyWritten {
+		t.Errorf("notified write after an inferred delete: %s, want written", out[0])
+	}
+	if got := feedRKeys(t, s, "following", "v1", postNSID); !slices.Equal(got, []string{"a2", "a1"}) {
+		t.Errorf("feed = %v, want a2 back", got)
+	}
+}
+
+// A later listing that finds a record an earlier one took for deleted puts
+// it back into the feeds the delete took it out of; a follow it finds
+// again brings back its followee's records.
+func TestAnUndoneDeleteGoesBackIntoFeeds(t *testing.T) {
+	s := MustOpen(t, defaultFeeds)
+	ctx := context.Background()
+	apply(t, s, follow("v1", "alice", "f1", 1), follow("v2", "alice", "f1", 2), follow("v2", "bob", "f2", 3),
+		post("alice", "a1", 4), post("alice", "a2", 5), post("bob", "b1", 6))
+	listPosts(t, s, reconcileAsOf, &KeySpan{}, "a1")
+	follows := func(asOf time.Time, keys ...string) {
+		var recs []ListedRecord
+		for _, k := range keys {
+			subject := map[string]syntax.DID{"f1": did("alice"), "f2": did("bob")}[k]
+			recs = append(recs, ListedRecord{RKey: syntax.RecordKey(k), Subject: subject, Value: json.RawMessage(`{}`)})
+		}
+		if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("v2"), Collection: followNSID, Records: recs,
+			To: nextPage(t, s, did("v2"), followNSID), FetchedAt: asOf, Span: &KeySpan{}}, asOf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	follows(reconcileAsOf, "f1")
+	if got := feedRKeys(t, s, "following", "v2", postNSID); !slices.Equal(got, []string{"a1"}) {
+		t.Fatalf("v2's feed after the wrong deletes = %v", got)
+	}
+	later := reconcileAsOf.Add(time.Hour)
+	listPosts(t, s, later, nil, "a1", "a2")
+	follows(later, "f1", "f2")
+	// (A listed record's feed position comes from its key's time; these
+	// keys carry none, so only what the feeds hold is compared.)
+	for _, v := range []string{"v1", "v2"} {
+		want := []string{"a1", "a2"}
+		if v == "v2" {
+			want = []string{"a1", "a2", "b1"}
+		}
+		got := feedRKeys(t, s, "following", v, postNSID)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s's feed after the later listing = %v, want %v", v, got, want)
+		}
+	}
+}
+
+// A gap reopens every listing, not only the complete ones: a round in
+// progress applied its pages before the gap.
+func TestAGapReopensListingsInProgress(t *testing.T) {
+	s := MustOpen(t, defaultFeeds)
+	ctx := context.Background()
+	apply(t, s, follow("v1", "alice", "f1", 1))
+	mid := nextPage(t, s, did("alice"), postNSID)
+	mid.Cursor, mid.LowKey = "a5", "a5"
+	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("alice"), Collection: postNSID, To: mid}, reconcileAsOf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RecordGap(ctx, Gap{Detected: reconcileAsOf, CursorUS: 1, Size: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.ReadListing(ctx, did("alice"), postNSID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Round != mid.Round+1 || l.Page != 0 || l.Cursor != "" || l.LowKey != "" {
+		t.Errorf("listing after the gap = %+v, want a new round from the start", l)
+	}
+}

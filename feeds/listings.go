@@ -15,16 +15,20 @@ import (
 // round: used wherever stored records may no longer cover an account
 // (it left the scope, its records were retired, a gap, an operator's
 // reset), so the next viewer who needs it fetches it again.
-const reopenListing = `complete = 0, cursor = '', page = 0, fetched = 0, round = round + 1`
+const reopenListing = `complete = 0, cursor = '', low_rkey = '', page = 0, fetched = 0, round = round + 1`
 
 // Listing is where the fetch of one account's collection from its PDS
 // stands. A listing cursor is "ahead" of another when it is in a later
 // round, or in the same round at a later page.
 type Listing struct {
-	Host      string
-	Round     int
-	Page      int
-	Cursor    string
+	Host   string
+	Round  int
+	Page   int
+	Cursor string
+	// LowKey is the lowest record key of the last page the round applied,
+	// "" when not known; a resumed round's first page vouches for the keys
+	// under it (KeySpan).
+	LowKey    string
 	Fetched   int
 	Complete  bool
 	Gone      bool
@@ -100,10 +104,10 @@ func (s *Store) ReadListing(ctx context.Context, account syntax.DID, collection 
 	var l Listing
 	var nextUS int64
 	err := s.reader.QueryRowContext(ctx, `
-		SELECT l.host, l.round, l.page, l.cursor, l.fetched, l.complete, l.gone, l.attempts, l.last_error, l.next_retry_us
+		SELECT l.host, l.round, l.page, l.cursor, l.low_rkey, l.fetched, l.complete, l.gone, l.attempts, l.last_error, l.next_retry_us
 		FROM listings l JOIN actors a ON a.id = l.actor_id
 		WHERE a.did = ? AND l.collection_id = ?`, string(account), collID).
-		Scan(&l.Host, &l.Round, &l.Page, &l.Cursor, &l.Fetched, &l.Complete, &l.Gone, &l.Attempts, &l.LastError, &nextUS)
+		Scan(&l.Host, &l.Round, &l.Page, &l.Cursor, &l.LowKey, &l.Fetched, &l.Complete, &l.Gone, &l.Attempts, &l.LastError, &nextUS)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Listing{}, nil
 	}
@@ -225,7 +229,8 @@ func (w *txWriter) listFollow(actorID, collID int64, r *ListedRecord, listingRev
 	if err != nil || found {
 		return false, err
 	}
-	if blocked, err := w.listedTombstone(actorID, collID, r.RKey, listingRev); err != nil || blocked {
+	blocked, restored, err := w.listedTombstone(actorID, collID, r.RKey, listingRev)
+	if err != nil || blocked {
 		return false, err
 	}
 	subjectID, err := w.actorID(r.Subject)
@@ -234,6 +239,13 @@ func (w *txWriter) listFollow(actorID, collID int64, r *ListedRecord, listingRev
 	}
 	if _, err := w.exec(w.s.stmts.insertFollow, actorID, collID, string(r.RKey), subjectID, ""); err != nil {
 		return false, fmt.Errorf("insert listed follow: %w", err)
+	}
+	if restored {
+		// The inferred delete was an unfollow: the followee's records go
+		// back into the follower's feeds as at a follow.
+		if err := w.followed(actorID, collID, subjectID); err != nil {
+			return false, err
+		}
 	}
 	return true, nil
 }
@@ -245,7 +257,8 @@ func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, listingRev
 	if err != nil || found {
 		return false, err
 	}
-	if blocked, err := w.listedTombstone(actorID, collID, r.RKey, listingRev); err != nil || blocked {
+	blocked, restored, err := w.listedTombstone(actorID, collID, r.RKey, listingRev)
+	if err != nil || blocked {
 		return false, err
 	}
 	indexed := listedIndexTime(r, now)
@@ -265,26 +278,35 @@ func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, listingRev
 	if err := w.storeFields(id, collID, r.Value, false); err != nil {
 		return false, err
 	}
+	if restored {
+		// The inferred delete took it out of its followers' feeds: it goes
+		// back the way a new record goes in (the sweep trims it where a
+		// feed has moved on past it).
+		if err := w.queueFanout(actorID, collID, c.SortKey(), id); err != nil {
+			return false, err
+		}
+	}
 	return true, nil
 }
 
 // listedTombstone reports whether a tombstone keeps a listed record out:
 // any the stream delivered does (the listing carries no rev to weigh
 // against it). One an earlier listing inferred (reconcileSpan) and older
-// than this listing is cleared instead: the record is there after all.
-func (w *txWriter) listedTombstone(actorID, collID int64, rkey syntax.RecordKey, listingRev string) (bool, error) {
+// than this listing is cleared instead, and restored reported: the
+// record is there after all.
+func (w *txWriter) listedTombstone(actorID, collID int64, rkey syntax.RecordKey, listingRev string) (blocked, restored bool, err error) {
 	var tsRev string
 	found, err := w.queryRow(w.s.stmts.tombstoneByKey, []any{actorID, collID, string(rkey)}, &tsRev)
 	if err != nil || !found {
-		return found, err
+		return found, false, err
 	}
 	if !listedOver(tsRev, listingRev) {
-		return true, nil
+		return true, false, nil
 	}
 	if _, err := w.exec(w.s.stmts.deleteTombstone, actorID, collID, string(rkey)); err != nil {
-		return false, fmt.Errorf("clear tombstone: %w", err)
+		return false, false, fmt.Errorf("clear tombstone: %w", err)
 	}
-	return false, nil
+	return false, true, nil
 }
 
 // listedIndexTime stands in for the event time a listed record never had:
@@ -313,15 +335,15 @@ func (w *txWriter) readListingState(actorID, collID int64) (Listing, bool, error
 func (w *txWriter) writeListingState(actorID, collID int64, l Listing, now time.Time) error {
 	_, err := w.tx.ExecContext(w.ctx, `
 		INSERT INTO listings (actor_id, collection_id, host, round, page, cursor, fetched, complete, gone,
-			attempts, last_error, next_retry_us, updated_us)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+			attempts, last_error, next_retry_us, updated_us, low_rkey)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
 		ON CONFLICT (actor_id, collection_id) DO UPDATE SET
 			host = excluded.host, round = excluded.round, page = excluded.page, cursor = excluded.cursor,
 			fetched = excluded.fetched, complete = excluded.complete, gone = excluded.gone,
 			attempts = excluded.attempts, last_error = excluded.last_error,
-			next_retry_us = excluded.next_retry_us, updated_us = excluded.updated_us`,
+			next_retry_us = excluded.next_retry_us, updated_us = excluded.updated_us, low_rkey = excluded.low_rkey`,
 		actorID, collID, l.Host, l.Round, l.Page, l.Cursor, l.Fetched, l.Complete, l.Gone,
-		l.Attempts, l.LastError, micros(l.NextRetry), now.UnixMicro())
+		l.Attempts, l.LastError, micros(l.NextRetry), now.UnixMicro(), l.LowKey)
 	if err != nil {
 		return fmt.Errorf("write listing: %w", err)
 	}

@@ -318,3 +318,21 @@ func TestTheIdentityLogIsBoundedAndErrsOnTheSafeSide(t *testing.T) {
 		t.Error("a check from after the forgotten events: wrong answer")
 	}
 }
+
+// A handle fetch under way when a gap is recorded resolved it before the
+// gap was known: it must not store it as fresh.
+func TestAHandleFetchAcrossAGapIsNotStored(t *testing.T) {
+	s := profileStore(t)
+	ctx := context.Background()
+	seq := s.IdentitySeq()
+	if _, err := s.RecordGap(ctx, Gap{Detected: time.Unix(200, 0), CursorUS: 1, Size: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{DID: did("carol"), HandleResolved: true, Handle: "old.test",
+		At: time.Unix(150, 0), IdentitySeq: seq}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "carol"); p.HandleKnown {
+		t.Errorf("a handle resolved before the gap was stored: %+v", p)
+	}
+}
