@@ -145,7 +145,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		failpoint.Hit(failpoint.BackfillAfterPage)
 		run.Pages++
 		run.Written += res.Written
-		s.metrics.removed(res.Removed)
+		s.metrics.reconciled(res.Removed, res.Restored)
 		if res.NotViewer || res.NotFollowed {
 			// The account no longer reads a feed these follows build, or
 			// no viewer follows it any more.

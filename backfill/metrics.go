@@ -20,6 +20,7 @@ type Metrics struct {
 	rejections    *prometheus.CounterVec
 	longCursors   prometheus.Counter
 	unlisted      prometheus.Counter
+	restored      prometheus.Counter
 }
 
 // NewMetrics registers the backfill metrics on reg.
@@ -73,7 +74,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: ns, Subsystem: "backfill", Name: "unlisted_removed_total",
 		Help: "Stored records and follows deleted because a PDS listing showed them gone (deleted while the stream could not tell us, as in a gap).",
 	})
-	reg.MustRegister(m.rejections, m.longCursors, m.unlisted)
+	m.restored = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: "backfill", Name: "unlisted_restored_total",
+		Help: "Records and follows a listing had taken for deleted that a later listing found again and restored (a PDS that answered inconsistently, or a clock far off).",
+	})
+	reg.MustRegister(m.rejections, m.longCursors, m.unlisted, m.restored)
 	reg.MustRegister(m.firstReads, m.firstReadTime, m.waitedOut, m.runs, m.runTime, m.pdsRequests, m.queue, m.dropped)
 	return m
 }
@@ -126,10 +131,12 @@ func (m *Metrics) rejected(reason string) {
 	}
 }
 
-func (m *Metrics) removed(n int) {
-	if m != nil && n > 0 {
-		m.unlisted.Add(float64(n))
+func (m *Metrics) reconciled(removed, restored int) {
+	if m == nil {
+		return
 	}
+	m.unlisted.Add(float64(removed))
+	m.restored.Add(float64(restored))
 }
 
 func (m *Metrics) cursorTooLong() {

@@ -150,6 +150,8 @@ type txWriter struct {
 	identities []syntax.DID
 	// allIdentities: a gap; every identity may have changed.
 	allIdentities bool
+	// restored counts the tombstones a listing cleared (listedTombstone).
+	restored int
 }
 
 // recordChanged notes a record updated or deleted in this transaction, for

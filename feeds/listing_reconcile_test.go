@@ -236,7 +236,9 @@ func TestAnUndoneDeleteGoesBackIntoFeeds(t *testing.T) {
 		t.Fatalf("v2's feed after the wrong deletes = %v", got)
 	}
 	later := reconcileAsOf.Add(time.Hour)
-	listPosts(t, s, later, nil, "a1", "a2")
+	if res := listPosts(t, s, later, nil, "a1", "a2"); res.Restored != 1 {
+		t.Errorf("restored %d records, want 1", res.Restored)
+	}
 	follows(later, "f1", "f2")
 	// (A listed record's feed position comes from its key's time; these
 	// keys carry none, so only what the feeds hold is compared.)

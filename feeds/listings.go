@@ -92,6 +92,10 @@ type ListingResult struct {
 	// Removed counts stored records (or follows) in the page's span that
 	// the page did not list, deleted as the PDS no longer has them.
 	Removed int
+	// Restored counts records an earlier listing took for deleted that
+	// this page lists: that inference was wrong (a PDS that answered
+	// inconsistently, or a clock far off).
+	Restored int
 }
 
 // ReadListing returns the stored listing state; the zero Listing when
@@ -176,6 +180,7 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 				res.Existing++
 			}
 		}
+		res.Restored = w.restored
 		cur, found, err := w.readListingState(actorID, collID)
 		if err != nil {
 			return err
@@ -306,6 +311,7 @@ func (w *txWriter) listedTombstone(actorID, collID int64, rkey syntax.RecordKey,
 	if _, err := w.exec(w.s.stmts.deleteTombstone, actorID, collID, string(rkey)); err != nil {
 		return false, false, fmt.Errorf("clear tombstone: %w", err)
 	}
+	w.restored++
 	return false, true, nil
 }
 
