@@ -46,9 +46,7 @@ type Daemon struct {
 	status   *statusPage
 	listener net.Listener
 	gaps     prometheus.Counter
-	// forgetIdentities empties the directory's cache at a gap.
-	forgetIdentities func()
-	now              func() time.Time
+	now      func() time.Time
 }
 
 // Build opens the database and constructs every part; nothing runs until
@@ -119,6 +117,10 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 	}, jetstream.NewDecoder(jetstream.DecoderConfig{FollowCollections: follows}), log, jetstream.NewMetrics(reg, wanted))
 
 	dir, firstReads := buildBackfill(cfg, store, reg, log)
+	// A gap (found at a reconnect, or recorded by an operator's reset)
+	// lost the identity events that purge the directory's cache one by
+	// one.
+	store.OnGap(dir.PurgeAll)
 	xcfg := xrpc.Config{
 		Namespace:  cfg.XRPC.Namespace,
 		Feeds:      specs,
@@ -175,12 +177,11 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 			sweepIdle:       cfg.Sweep.IdleInterval,
 			now:             time.Now,
 		},
-		server:           server,
-		status:           status,
-		listener:         listener,
-		gaps:             gaps,
-		forgetIdentities: dir.PurgeAll,
-		now:              time.Now,
+		server:   server,
+		status:   status,
+		listener: listener,
+		gaps:     gaps,
+		now:      time.Now,
 	}, nil
 }
 
@@ -269,9 +270,6 @@ func (d *Daemon) resumePosition() jetstream.Position {
 				d.log.Error("record stream gap", "err", err)
 			case recorded:
 				d.gaps.Inc()
-				if d.forgetIdentities != nil {
-					d.forgetIdentities()
-				}
 				d.log.Warn("stream_gap", "cursor_time_us", c.TimeUS, "gap", (age - window).Round(time.Second),
 					"action", "viewers rebuild from their PDSes at their next read")
 			}

@@ -61,6 +61,10 @@ func (w *txWriter) saveCursor(c StreamCursor) (reset bool, err error) {
 	}
 	w.adopted = &stored
 	w.adoptedGen = gen
+	// A reset that skipped stream time recorded a gap in its own process.
+	if err := w.newGapSince(); err != nil {
+		return false, err
+	}
 	return true, nil
 }
 

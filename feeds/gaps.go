@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -36,7 +37,7 @@ func (s *Store) RecordGap(ctx context.Context, g Gap) (bool, error) {
 	return recorded, err
 }
 
-func (w *txWriter) recordGap(g Gap) (bool, error) {
+func (w *txWriter) recordGap(g Gap) (recorded bool, err error) {
 	var n int
 	if err := w.tx.QueryRowContext(w.ctx, `SELECT count(*) FROM gaps WHERE cursor_us = ?`, g.CursorUS).Scan(&n); err != nil {
 		return false, fmt.Errorf("check gaps: %w", err)
@@ -47,6 +48,11 @@ func (w *txWriter) recordGap(g Gap) (bool, error) {
 	if err := w.forgetAllProfiles(); err != nil {
 		return false, err
 	}
+	defer func() {
+		if err == nil {
+			err = w.newGapSince()
+		}
+	}()
 	for _, q := range []string{
 		`INSERT INTO gaps (detected_us, cursor_us, size_us) VALUES (?1, ?2, ?3)`,
 		`UPDATE viewers SET state = 'pending', attempts = 0, next_retry_us = 0 WHERE state = 'complete'`,
@@ -62,6 +68,57 @@ func (w *txWriter) recordGap(g Gap) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// gapWatch tells the daemon of gaps, whether it recorded them or an
+// operator's cursor reset did in another process (seen when the daemon
+// adopts the reset).
+type gapWatch struct {
+	mu     sync.Mutex
+	lastID int64
+	hook   func()
+}
+
+// OnGap sets f to run after a commit that recorded a gap, or adopted an
+// operator's reset that recorded one: the identity events in a gap are
+// lost, so caches of identities must be emptied (Directory.PurgeAll). It
+// runs before profile fetches begun earlier are counted as raced
+// (identities.go), so a fetch that starts after that resolves afresh.
+func (s *Store) OnGap(f func()) {
+	s.gaps.mu.Lock()
+	defer s.gaps.mu.Unlock()
+	s.gaps.hook = f
+}
+
+// newGapSince reads whether the gaps table holds a gap newer than the
+// last this store knew of, inside the transaction.
+func (w *txWriter) newGapSince() error {
+	var id int64
+	if err := w.tx.QueryRowContext(w.ctx, `SELECT coalesce(max(id), 0) FROM gaps`).Scan(&id); err != nil {
+		return fmt.Errorf("read gaps: %w", err)
+	}
+	w.s.gaps.mu.Lock()
+	defer w.s.gaps.mu.Unlock()
+	if id > w.s.gaps.lastID {
+		w.gapID = id
+	}
+	return nil
+}
+
+// gapCommitted runs once a transaction that saw a new gap committed.
+func (s *Store) gapCommitted(id int64) {
+	s.gaps.mu.Lock()
+	if id <= s.gaps.lastID {
+		s.gaps.mu.Unlock()
+		return
+	}
+	s.gaps.lastID = id
+	hook := s.gaps.hook
+	s.gaps.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	s.identities.forgetAll()
 }
 
 // LastGap returns the newest recorded gap, if any.

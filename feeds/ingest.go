@@ -110,8 +110,8 @@ func (w *txWriter) commit() error {
 		return err
 	}
 	w.s.identities.changed(w.identities)
-	if w.allIdentities {
-		w.s.identities.forgetAll()
+	if w.gapID > 0 {
+		w.s.gapCommitted(w.gapID)
 	}
 	w.s.rememberActors(w.newActors)
 	w.s.publishFollowed(w.newFollowed)
@@ -148,8 +148,9 @@ type txWriter struct {
 	// identities had an identity event; the identity log hears of them
 	// once committed.
 	identities []syntax.DID
-	// allIdentities: a gap; every identity may have changed.
-	allIdentities bool
+	// gapID is a gap newer than the store knew of, recorded or found by
+	// this transaction: at commit the store tells of it (gapCommitted).
+	gapID int64
 	// restored counts the tombstones a listing cleared (listedTombstone).
 	restored int
 }

@@ -121,8 +121,6 @@ func (w *txWriter) forgetAllProfiles() error {
 	if !w.s.profiles {
 		return nil
 	}
-	// A fetch under way resolved its handle before the gap was known.
-	w.allIdentities = true
 	for _, q := range []string{
 		`UPDATE actors SET handle = NULL WHERE handle IS NOT NULL`,
 		`DELETE FROM profiles`,

@@ -336,3 +336,39 @@ func TestAHandleFetchAcrossAGapIsNotStored(t *testing.T) {
 		t.Errorf("a handle resolved before the gap was stored: %+v", p)
 	}
 }
+
+// An operator's reset in another process records a gap: the daemon learns
+// of it when it adopts the reset, empties its identity caches (OnGap) and
+// counts the handle fetches begun before it as raced.
+func TestAGapRecordedByAnOperatorReachesTheDaemon(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	s := mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds, Profiles: true})
+	ctx := context.Background()
+	if _, err := s.RegisterViewer(ctx, did("alice"), "following", time.Unix(1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, follow("alice", "carol", "f1", 10))
+	var purged int
+	s.OnGap(func() { purged++ })
+	seq := s.IdentitySeq()
+
+	op := mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds, Profiles: true, Existing: true})
+	if _, err := op.ResetJetstream(ctx, time.Time{}, "ops", time.Unix(10_000, 0)); err != nil { // to the live tip
+		t.Fatal(err)
+	}
+	apply(t, s, post("carol", "p1", 20)) // the daemon's next batch adopts the reset
+	if purged != 1 {
+		t.Errorf("OnGap ran %d times, want once", purged)
+	}
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{DID: did("carol"), HandleResolved: true, Handle: "old.test",
+		At: time.Unix(150, 0), IdentitySeq: seq}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "carol"); p.HandleKnown {
+		t.Errorf("a handle resolved before the operator's gap was stored: %+v", p)
+	}
+	apply(t, s, post("carol", "p2", 30))
+	if purged != 1 {
+		t.Errorf("OnGap ran again for the same gap (%d)", purged)
+	}
+}

@@ -143,6 +143,9 @@ type Store struct {
 	viewers *viewerSet // registered viewers, in memory (viewer_set.go)
 	// identities orders identity events against profile fetches.
 	identities identityLog
+	// gaps: the newest gap this store knows of, and who to tell of a new
+	// one (OnGap).
+	gaps gapWatch
 }
 
 // lane is one (feed, target collection) pair: the unit that holds items and
@@ -336,6 +339,9 @@ func (s *Store) init(ctx context.Context, opts Options) error {
 		return err
 	}
 	s.cursor, s.generation = cur, gen
+	if err := s.writer.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM gaps`).Scan(&s.gaps.lastID); err != nil {
+		return fmt.Errorf("read gaps: %w", err)
+	}
 	return nil
 }
 
