@@ -37,17 +37,26 @@ const retentionLapEvery = time.Minute
 // retires the same rows. Nothing new can age out while the stream time
 // stands still, so an idle tick runs nothing unless the last slice was full.
 //
-// Records are scanned in (indexed_us, id) order from a stored position:
-// records that feeds still hold are stepped over rather than examined again
-// on every tick, so each slice costs the same however many old records
-// feeds hold. When the scan reaches the cutoff the lap ends; the next
-// starts retentionLapEvery of event time later, from the same position,
-// or from the start when a full lap is due.
+// Records are scanned in id order from a stored position: records that
+// feeds still hold are stepped over rather than examined again on every
+// tick, so each slice costs the same however many old records feeds hold.
+// Ids grow with insertion and so, but for replays, do indexed times, so
+// the lap ends at the first record still inside the window (a replayed
+// older record behind it waits for a later lap). The next lap starts
+// retentionLapEvery of event time later, from the same position, or from
+// the start when a full lap is due.
 func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	sw := &s.sweep
 	nowUS := s.Cursor().TimeUS
 	if nowUS == 0 || (!sw.retainMore && nowUS < sw.retainNextUS) {
 		return nil
+	}
+	fullEvery := max(sw.opts.Retention/10, retentionLapEvery).Microseconds()
+	if sw.retainFullUS == 0 && sw.state != nil && sw.state.retainAfterID > 0 {
+		// A start with a scan position stored: the lap it belongs to goes
+		// on. Starting over at every start would leave a daemon restarted
+		// more often than a full lap takes stuck at the front of the scan.
+		sw.retainFullUS = nowUS + fullEvery
 	}
 	fullLap := !sw.retainMore && nowUS >= sw.retainFullUS
 	keepRecords, keepTombstones := sw.opts.Retention < 0, sw.opts.TombstoneWindow < 0
@@ -62,27 +71,27 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	st := *sw.state
 	more := false
 	if fullLap {
-		st.retainAfterUS, st.retainAfterID = 0, 0
+		st.retainAfterID = 0
 	}
 
 	var records int64
 	if !keepRecords {
 		cutoff := nowUS - sw.opts.Retention.Microseconds()
-		endUS, endID, full, n, err := w.retentionWindow(st.retainAfterUS, st.retainAfterID, cutoff, sw.probeBudget)
+		endID, full, n, err := w.retentionWindow(st.retainAfterID, cutoff, sw.probeBudget)
 		if err != nil {
 			return err
 		}
 		if n > 0 {
-			records, err = w.retireRecords(st.retainAfterUS, st.retainAfterID, endUS, endID, cutoff)
+			records, err = w.retireRecords(st.retainAfterID, endID, cutoff)
 			if err != nil {
 				return err
 			}
-			st.retainAfterUS, st.retainAfterID = endUS, endID
+			st.retainAfterID = endID
 		}
 		more = full
 		res.RecordsExamined = int64(n)
-		if st.retainAfterUS != sw.state.retainAfterUS || st.retainAfterID != sw.state.retainAfterID {
-			if _, err := w.exec(sw.stmts.saveRetain, st.retainAfterUS, st.retainAfterID); err != nil {
+		if st.retainAfterID != sw.state.retainAfterID {
+			if _, err := w.exec(sw.stmts.saveRetain, st.retainAfterID); err != nil {
 				return fmt.Errorf("save retention position: %w", err)
 			}
 		}
@@ -104,7 +113,7 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	sw.state = &st
 	sw.retainMore = more
 	if fullLap {
-		sw.retainFullUS = nowUS + max(sw.opts.Retention/10, retentionLapEvery).Microseconds()
+		sw.retainFullUS = nowUS + fullEvery
 	}
 	if !more {
 		lap := retentionLapEvery
@@ -119,27 +128,33 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	return nil
 }
 
-// retentionWindow finds where the slice after (afterUS, afterID) ends:
-// after retentionSlice candidates, or before the candidate whose probes
-// would take the slice past its budget; n is the candidates it holds.
-// full is false when the window reaches the cutoff.
-func (w *txWriter) retentionWindow(afterUS, afterID, cutoff, budget int64) (endUS, endID int64, full bool, n int, err error) {
-	type candidate struct{ us, id, actor, coll int64 }
-	rows, err := w.stmt(w.s.sweep.stmts.retainWindow).QueryContext(w.ctx, afterUS, afterID, cutoff, retentionSlice)
+// retentionWindow finds where the slice after record afterID ends: after
+// retentionSlice candidates, before the first record inside the window,
+// or before the candidate whose probes would take the slice past its
+// budget; n is the candidates it holds. full is false when the lap ends
+// with it.
+func (w *txWriter) retentionWindow(afterID, cutoff, budget int64) (endID int64, full bool, n int, err error) {
+	type candidate struct{ id, us, actor, coll int64 }
+	rows, err := w.stmt(w.s.sweep.stmts.retainWindow).QueryContext(w.ctx, afterID, retentionSlice)
 	if err != nil {
-		return 0, 0, false, 0, fmt.Errorf("find retention window: %w", err)
+		return 0, false, 0, fmt.Errorf("find retention window: %w", err)
 	}
 	var cands []candidate
+	young := false
 	for rows.Next() {
 		var c candidate
-		if err := rows.Scan(&c.us, &c.id, &c.actor, &c.coll); err != nil {
+		if err := rows.Scan(&c.id, &c.us, &c.actor, &c.coll); err != nil {
 			rows.Close()
-			return 0, 0, false, 0, fmt.Errorf("find retention window: %w", err)
+			return 0, false, 0, fmt.Errorf("find retention window: %w", err)
+		}
+		if c.us >= cutoff {
+			young = true
+			break
 		}
 		cands = append(cands, c)
 	}
 	if err := errors.Join(rows.Close(), rows.Err()); err != nil {
-		return 0, 0, false, 0, fmt.Errorf("find retention window: %w", err)
+		return 0, false, 0, fmt.Errorf("find retention window: %w", err)
 	}
 	probes := map[[2]int64]int64{} // per author and collection
 	var spent int64
@@ -148,28 +163,27 @@ func (w *txWriter) retentionWindow(afterUS, afterID, cutoff, budget int64) (endU
 		cost, ok := probes[k]
 		if !ok {
 			if _, err := w.queryRow(w.s.sweep.stmts.retainProbes, []any{c.actor, c.coll, budget + 1}, &cost); err != nil {
-				return 0, 0, false, 0, fmt.Errorf("count retention probes: %w", err)
+				return 0, false, 0, fmt.Errorf("count retention probes: %w", err)
 			}
 			probes[k] = cost
 		}
 		if i > 0 && spent+max(cost, 1) > budget {
-			return cands[i-1].us, cands[i-1].id, true, i, nil
+			return cands[i-1].id, true, i, nil
 		}
 		spent += max(cost, 1)
 	}
 	if len(cands) == 0 {
-		return afterUS, afterID, false, 0, nil
+		return afterID, false, 0, nil
 	}
-	last := cands[len(cands)-1]
-	return last.us, last.id, len(cands) == retentionSlice, len(cands), nil
+	return cands[len(cands)-1].id, !young && len(cands) == retentionSlice, len(cands), nil
 }
 
 // retireRecords deletes the window's records that no feed holds, and marks
 // the listings of their accounts incomplete: per-account backfill state
 // must not claim records the store no longer has.
-func (w *txWriter) retireRecords(afterUS, afterID, endUS, endID, cutoff int64) (int64, error) {
+func (w *txWriter) retireRecords(afterID, endID, cutoff int64) (int64, error) {
 	type key struct{ actor, coll int64 }
-	rows, err := w.stmt(w.s.sweep.stmts.retainRecords).QueryContext(w.ctx, afterUS, afterID, endUS, endID, cutoff)
+	rows, err := w.stmt(w.s.sweep.stmts.retainRecords).QueryContext(w.ctx, afterID, endID, cutoff)
 	if err != nil {
 		return 0, fmt.Errorf("retire records: %w", err)
 	}

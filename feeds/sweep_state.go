@@ -15,8 +15,7 @@ type sweepState struct {
 	lastPassEndUS int64 // 0: never, a pass is due at once
 	lastPassLapUS int64
 	lastPassRows  int64
-	retainAfterUS int64 // retention scan position (indexed_us, id)
-	retainAfterID int64
+	retainAfterID int64 // retention scan position: the last record id examined
 }
 
 func loadSweepState(ctx context.Context, db *sql.DB) (sweepState, error) {
@@ -24,11 +23,11 @@ func loadSweepState(ctx context.Context, db *sql.DB) (sweepState, error) {
 	err := db.QueryRowContext(ctx, `
 		SELECT cursor_viewer, pass_started_us, pass_rows,
 			last_pass_end_us, last_pass_lap_us, last_pass_rows,
-			retain_after_us, retain_after_id
+			retain_after_id
 		FROM sweep_state WHERE id = 1`).Scan(
 		&st.cursorViewer, &st.passStartedUS, &st.passRows,
 		&st.lastPassEndUS, &st.lastPassLapUS, &st.lastPassRows,
-		&st.retainAfterUS, &st.retainAfterID)
+		&st.retainAfterID)
 	if err != nil {
 		return sweepState{}, fmt.Errorf("load sweep state: %w", err)
 	}
@@ -42,7 +41,7 @@ const saveSweepSQL = `UPDATE sweep_state SET
 	last_pass_end_us = ?4, last_pass_lap_us = ?5, last_pass_rows = ?6
 	WHERE id = 1`
 
-const saveRetainSQL = `UPDATE sweep_state SET retain_after_us = ?1, retain_after_id = ?2 WHERE id = 1`
+const saveRetainSQL = `UPDATE sweep_state SET retain_after_id = ?1 WHERE id = 1`
 
 func (w *txWriter) saveSweepState(st *sweepState) error {
 	_, err := w.exec(w.s.sweep.stmts.saveSweep,
