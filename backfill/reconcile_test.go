@@ -60,18 +60,8 @@ func TestAGapRebuildDropsWhatWasDeletedDuringIt(t *testing.T) {
 // both are found; nothing else is deleted.
 func TestUnfollowsBetweenAndBelowPagesAreFound(t *testing.T) {
 	w := newWorld(t, Config{})
-	viewer := w.account("viewer")
-	var keys []string
-	for i := range 250 {
-		keys = append(keys, string(w.follow(viewer, did(fmt.Sprint("acct", i)), i)))
-	}
+	viewer, keys := listedFollows(t, w, 250)
 	ctx := context.Background()
-	if _, err := w.store.RegisterViewer(ctx, viewer, "following", w.clock); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.svc.ensureListing(ctx, viewer, followNSID, 10_000, "follows"); err != nil {
-		t.Fatal(err)
-	}
 	for _, i := range []int{149, 0} {
 		w.pds.DeleteRecord(viewer, followNSID, syntax.RecordKey(keys[i]))
 	}
@@ -193,6 +183,26 @@ func TestAPageWithAnUnreadableRecordDeletesNothing(t *testing.T) {
 	}
 }
 
+// listedFollows makes a viewer following n accounts (acct0…), registers
+// it and lists its follows; keys are the follows' record keys, oldest
+// first.
+func listedFollows(t *testing.T, w *world, n int) (syntax.DID, []string) {
+	t.Helper()
+	viewer := w.account("viewer")
+	var keys []string
+	for i := range n {
+		keys = append(keys, string(w.follow(viewer, did(fmt.Sprint("acct", i)), i)))
+	}
+	ctx := context.Background()
+	if _, err := w.store.RegisterViewer(ctx, viewer, "following", w.clock); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.svc.ensureListing(ctx, viewer, followNSID, 10_000, "follows"); err != nil {
+		t.Fatal(err)
+	}
+	return viewer, keys
+}
+
 func TestPageSpan(t *testing.T) {
 	recs := func(keys ...string) []feeds.ListedRecord {
 		var out []feeds.ListedRecord
@@ -234,18 +244,8 @@ func TestPageSpan(t *testing.T) {
 // unfollow of the oldest follow is found.
 func TestAResumedRoundStillVouchesForTheBottom(t *testing.T) {
 	w := newWorld(t, Config{})
-	viewer := w.account("viewer")
-	var keys []string
-	for i := range 150 {
-		keys = append(keys, string(w.follow(viewer, did(fmt.Sprint("acct", i)), i)))
-	}
+	viewer, keys := listedFollows(t, w, 150)
 	ctx := context.Background()
-	if _, err := w.store.RegisterViewer(ctx, viewer, "following", w.clock); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.svc.ensureListing(ctx, viewer, followNSID, 10_000, "follows"); err != nil {
-		t.Fatal(err)
-	}
 	w.pds.DeleteRecord(viewer, followNSID, syntax.RecordKey(keys[0]))
 	w.advance(time.Hour)
 	if _, err := w.store.RecordGap(ctx, feeds.Gap{Detected: w.clock, CursorUS: 1, Size: time.Hour}); err != nil {

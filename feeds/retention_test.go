@@ -289,24 +289,8 @@ func TestRetentionSlicesAreBoundedInProbes(t *testing.T) {
 	} {
 		s := openSweep(t, t.TempDir()+"/appview.db", defaultFeeds, SweepOptions{Retention: time.Hour, TombstoneWindow: -1})
 		s.sweep.probeBudget = tc.budget
-		for _, q := range []string{
-			`INSERT INTO actors (did) VALUES ('did:plc:alice'), ('did:plc:bob')`,
-			// 30 followers of alice, none of bob.
-			`WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < 30)
-			 INSERT INTO actors (did) SELECT 'did:plc:v' || i FROM seq`,
-			`INSERT INTO follows (actor_id, collection_id, rkey, subject_id, rev)
-			 SELECT id, ?2, 'f', (SELECT id FROM actors WHERE did = 'did:plc:alice'), 'rev'
-			 FROM actors WHERE did LIKE 'did:plc:v%'`,
-			// Ten old records of alice, then five of bob; no feed holds them.
-			`WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i < 14)
-			 INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
-			 SELECT (SELECT id FROM actors WHERE did = CASE WHEN i < 10 THEN 'did:plc:alice' ELSE 'did:plc:bob' END),
-			        ?1, 'r' || i, 'c', 'rev', 10 + i, 10 + i, 0, '{}' FROM seq`,
-		} {
-			if _, err := s.writer.Exec(q, s.targetColls[postNSID], s.followColls[followNSID]); err != nil {
-				t.Fatal(err)
-			}
-		}
+		// Ten old records of alice, then five of bob; no feed holds them.
+		seedOldRecords(t, s, 5)
 		apply(t, s, post("carol", "now", 10*hourUS))
 		var got []int64
 		for r := tick(t, s, t0, false); ; r = tick(t, s, t0, false) {
@@ -359,25 +343,12 @@ func TestARestartGoesOnWithTheRetentionLap(t *testing.T) {
 		return s
 	}
 	s := open()
-	for _, q := range []string{
-		`INSERT INTO actors (did) VALUES ('did:plc:alice'), ('did:plc:bob')`,
-		`WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < 30)
-		 INSERT INTO actors (did) SELECT 'did:plc:v' || i FROM seq`,
-		`INSERT INTO follows (actor_id, collection_id, rkey, subject_id, rev)
-		 SELECT id, ?2, 'f', (SELECT id FROM actors WHERE did = 'did:plc:alice'), 'rev'
-		 FROM actors WHERE did LIKE 'did:plc:v%'`,
-		`WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i < 10)
-		 INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
-		 SELECT (SELECT id FROM actors WHERE did = CASE WHEN i < 10 THEN 'did:plc:alice' ELSE 'did:plc:bob' END),
-		        ?1, 'r' || i, 'c', 'rev', 10 + i, 10 + i, 0, '{}' FROM seq`,
-		// The first follower holds alice's ten records.
-		`INSERT INTO feed_items (viewer_id, target_id, sort_us, record_id)
-		 SELECT (SELECT id FROM actors WHERE did = 'did:plc:v1'), ?3, sort_us, id FROM records
-		 WHERE actor_id = (SELECT id FROM actors WHERE did = 'did:plc:alice')`,
-	} {
-		if _, err := s.writer.Exec(q, s.targetColls[postNSID], s.followColls[followNSID], s.lanes[0].id); err != nil {
-			t.Fatal(err)
-		}
+	seedOldRecords(t, s, 1)
+	// The first follower holds alice's ten records.
+	if _, err := s.writer.Exec(`INSERT INTO feed_items (viewer_id, target_id, sort_us, record_id)
+		SELECT (SELECT id FROM actors WHERE did = 'did:plc:v1'), ?1, sort_us, id FROM records
+		WHERE actor_id = (SELECT id FROM actors WHERE did = 'did:plc:alice')`, s.lanes[0].id); err != nil {
+		t.Fatal(err)
 	}
 	apply(t, s, post("carol", "now", 10*hourUS))
 	for range 5 {
@@ -389,5 +360,29 @@ func TestARestartGoesOnWithTheRetentionLap(t *testing.T) {
 	}
 	if n := querySQL[int](t, s, `SELECT count(*) FROM records WHERE rkey = 'r10'`); n != 0 {
 		t.Errorf("bob's unheld old record is still stored after five restarts")
+	}
+}
+
+// seedOldRecords writes, in index_all mode and straight into the tables,
+// alice with 30 followers (did:plc:v1…v30) and bob with none, then ten old
+// records of alice (r0…r9) and then as many as bobs of bob (r10…), held
+// by no feed.
+func seedOldRecords(t *testing.T, s *Store, bobs int) {
+	t.Helper()
+	for _, q := range []string{
+		`INSERT INTO actors (did) VALUES ('did:plc:alice'), ('did:plc:bob')`,
+		`WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < 30)
+		 INSERT INTO actors (did) SELECT 'did:plc:v' || i FROM seq`,
+		`INSERT INTO follows (actor_id, collection_id, rkey, subject_id, rev)
+		 SELECT id, ?2, 'f', (SELECT id FROM actors WHERE did = 'did:plc:alice'), 'rev'
+		 FROM actors WHERE did LIKE 'did:plc:v%'`,
+		`WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i < 9 + ?3)
+		 INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
+		 SELECT (SELECT id FROM actors WHERE did = CASE WHEN i < 10 THEN 'did:plc:alice' ELSE 'did:plc:bob' END),
+		        ?1, 'r' || i, 'c', 'rev', 10 + i, 10 + i, 0, '{}' FROM seq`,
+	} {
+		if _, err := s.writer.Exec(q, s.targetColls[postNSID], s.followColls[followNSID], bobs); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
