@@ -83,7 +83,8 @@ type gapWatch struct {
 // operator's reset that recorded one: the identity events in a gap are
 // lost, so caches of identities must be emptied (Directory.PurgeAll). It
 // runs before profile fetches begun earlier are counted as raced
-// (identities.go), so a fetch that starts after that resolves afresh.
+// (identities.go), so a fetch that starts after that resolves afresh. It
+// runs under the store's write lock: it must not call into the store.
 func (s *Store) OnGap(f func()) {
 	s.gaps.mu.Lock()
 	defer s.gaps.mu.Unlock()

@@ -51,14 +51,9 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	if nowUS == 0 || (!sw.retainMore && nowUS < sw.retainNextUS) {
 		return nil
 	}
-	fullEvery := max(sw.opts.Retention/10, retentionLapEvery).Microseconds()
-	if sw.retainFullUS == 0 && sw.state != nil && sw.state.retainAfterID > 0 {
-		// A start with a scan position stored: the lap it belongs to goes
-		// on. Starting over at every start would leave a daemon restarted
-		// more often than a full lap takes stuck at the front of the scan.
-		sw.retainFullUS = nowUS + fullEvery
-	}
-	fullLap := !sw.retainMore && nowUS >= sw.retainFullUS
+	// The full lap's due time is stored with the position: a daemon
+	// restarted more often than a tenth of the window still runs it.
+	fullLap := !sw.retainMore && nowUS >= sw.state.retainFullDueUS
 	keepRecords, keepTombstones := sw.opts.Retention < 0, sw.opts.TombstoneWindow < 0
 	if keepRecords && keepTombstones {
 		return nil
@@ -72,16 +67,17 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	more := false
 	if fullLap {
 		st.retainAfterID = 0
+		st.retainFullDueUS = nowUS + max(sw.opts.Retention/10, retentionLapEvery).Microseconds()
 	}
 
 	var records int64
 	if !keepRecords {
 		cutoff := nowUS - sw.opts.Retention.Microseconds()
-		endID, full, n, err := w.retentionWindow(st.retainAfterID, cutoff, sw.probeBudget)
+		endID, full, n, err := w.retentionWindow(st.retainAfterID, cutoff, nowUS, sw.probeBudget)
 		if err != nil {
 			return err
 		}
-		if n > 0 {
+		if endID > st.retainAfterID {
 			records, err = w.retireRecords(st.retainAfterID, endID, cutoff)
 			if err != nil {
 				return err
@@ -90,8 +86,18 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 		}
 		more = full
 		res.RecordsExamined = int64(n)
-		if st.retainAfterID != sw.state.retainAfterID {
-			if _, err := w.exec(sw.stmts.saveRetain, st.retainAfterID); err != nil {
+		if !more {
+			// A record id past the last one stored is handed out again
+			// (the table has no AUTOINCREMENT): a scan that reached the
+			// end of the table must not stand past the next new record.
+			var last int64
+			if _, err := w.queryRow(sw.stmts.lastRecordID, nil, &last); err != nil {
+				return fmt.Errorf("read last record id: %w", err)
+			}
+			st.retainAfterID = min(st.retainAfterID, last)
+		}
+		if st.retainAfterID != sw.state.retainAfterID || st.retainFullDueUS != sw.state.retainFullDueUS {
+			if _, err := w.exec(sw.stmts.saveRetain, st.retainAfterID, st.retainFullDueUS); err != nil {
 				return fmt.Errorf("save retention position: %w", err)
 			}
 		}
@@ -112,9 +118,6 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	}
 	sw.state = &st
 	sw.retainMore = more
-	if fullLap {
-		sw.retainFullUS = nowUS + fullEvery
-	}
 	if !more {
 		lap := retentionLapEvery
 		if tenth := sw.opts.Retention / 10; tenth > 0 && tenth < lap {
@@ -129,29 +132,38 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 }
 
 // retentionWindow finds where the slice after record afterID ends: after
-// retentionSlice candidates, before the first record inside the window,
-// or before the candidate whose probes would take the slice past its
-// budget; n is the candidates it holds. full is false when the lap ends
-// with it.
-func (w *txWriter) retentionWindow(afterID, cutoff, budget int64) (endID int64, full bool, n int, err error) {
+// retentionSlice records, before the first record inside the window, or
+// before the candidate whose probes would take the slice past its budget;
+// n is the candidates (records past the window) it holds. full is false
+// when the lap ends with it.
+//
+// A record stamped ahead of the stream (nowUS) does not end the lap: a
+// listed or notified record takes a time of its own (its key's, the
+// read's), ahead of the stream while it catches up, and would hold back
+// everything stored after it for as long. The scan steps over it; the
+// retirement's own cutoff keeps it, and a full lap comes back to it.
+func (w *txWriter) retentionWindow(afterID, cutoff, nowUS, budget int64) (endID int64, full bool, n int, err error) {
 	type candidate struct{ id, us, actor, coll int64 }
 	rows, err := w.stmt(w.s.sweep.stmts.retainWindow).QueryContext(w.ctx, afterID, retentionSlice)
 	if err != nil {
 		return 0, false, 0, fmt.Errorf("find retention window: %w", err)
 	}
 	var cands []candidate
-	young := false
+	young, seen, end := false, 0, afterID
 	for rows.Next() {
 		var c candidate
 		if err := rows.Scan(&c.id, &c.us, &c.actor, &c.coll); err != nil {
 			rows.Close()
 			return 0, false, 0, fmt.Errorf("find retention window: %w", err)
 		}
-		if c.us >= cutoff {
+		if c.us >= cutoff && c.us <= nowUS {
 			young = true
 			break
 		}
-		cands = append(cands, c)
+		seen, end = seen+1, c.id
+		if c.us < cutoff {
+			cands = append(cands, c)
+		}
 	}
 	if err := errors.Join(rows.Close(), rows.Err()); err != nil {
 		return 0, false, 0, fmt.Errorf("find retention window: %w", err)
@@ -172,10 +184,7 @@ func (w *txWriter) retentionWindow(afterID, cutoff, budget int64) (endID int64, 
 		}
 		spent += max(cost, 1)
 	}
-	if len(cands) == 0 {
-		return afterID, false, 0, nil
-	}
-	return cands[len(cands)-1].id, !young && len(cands) == retentionSlice, len(cands), nil
+	return end, !young && seen == retentionSlice, len(cands), nil
 }
 
 // retireRecords deletes the window's records that no feed holds, and marks

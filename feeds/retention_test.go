@@ -386,3 +386,89 @@ func seedOldRecords(t *testing.T, s *Store, bobs int) {
 		}
 	}
 }
+
+// cursorAt moves the stream cursor without changes.
+func cursorAt(t *testing.T, s *Store, us int64) {
+	t.Helper()
+	if _, err := s.ApplyBatch(context.Background(), &Batch{Cursor: StreamCursor{TimeUS: us}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// settleRetention runs retention ticks until nothing is pending.
+func settleRetention(t *testing.T, s *Store) {
+	t.Helper()
+	for r := tick(t, s, t0, false); r.Pending; r = tick(t, s, t0, false) {
+	}
+}
+
+// Records a feed held when the scan passed them, and let go later, go at
+// the next full lap, even for a daemon restarted more often than a full
+// lap comes round: its due time is stored with the scan position.
+func TestFullLapsRunForADaemonRestartedOften(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	open := func() *Store {
+		return openSweep(t, path, defaultFeeds, SweepOptions{Retention: time.Hour, TombstoneWindow: -1})
+	}
+	s := open()
+	seedOldRecords(t, s, 0)
+	mustExec(t, s, `INSERT INTO feed_items (viewer_id, target_id, sort_us, record_id)
+		SELECT (SELECT id FROM actors WHERE did = 'did:plc:v1'), ?, sort_us, id FROM records`, s.lanes[0].id)
+	now := 2 * hourUS
+	cursorAt(t, s, now)
+	settleRetention(t, s) // the first lap steps over the ten held records
+	mustExec(t, s, `DELETE FROM feed_items`)
+	for range 40 {
+		s.Close()
+		s = open()
+		now += 5 * int64(time.Minute/time.Microsecond)
+		cursorAt(t, s, now)
+		settleRetention(t, s)
+	}
+	if n := querySQL[int](t, s, `SELECT count(*) FROM records`); n != 0 {
+		t.Errorf("%d records no feed holds any more are still stored after 200 min of restarts every 5 min", n)
+	}
+}
+
+// A record stamped ahead of the stream (a listing's or notifyOfUpdate's
+// own time, while the stream catches up) does not hold back the records
+// stored after it: the scan steps over it.
+func TestARecordAheadOfTheStreamDoesNotHoldRetentionBack(t *testing.T) {
+	s := openSweep(t, t.TempDir()+"/appview.db", defaultFeeds, SweepOptions{Retention: time.Hour, TombstoneWindow: -1})
+	apply(t, s, post("alice", "first", hourUS))
+	mustExec(t, s, `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
+		SELECT actor_id, collection_id, 'ahead', 'c', '', ?1, ?1, 0, '{}' FROM records WHERE rkey = 'first'`, 25*hourUS)
+	for i := range 20 {
+		apply(t, s, post("alice", fmt.Sprint("p", i), hourUS+int64(i+1)*hourUS/10))
+	}
+	cursorAt(t, s, 6*hourUS)
+	settleRetention(t, s)
+	if got, want := storedRKeys(t, s, "records"), []string{"ahead"}; !slices.Equal(got, want) {
+		t.Errorf("records = %v, want only the one ahead of the stream", got)
+	}
+}
+
+// The scan reached the end of the table and retired its last record:
+// SQLite hands that record's id out again, and the next record stored
+// gets it. The scan position must not stand past it, or only a full lap
+// would find it. (With a one-second window a full lap comes once a
+// minute, a lap every 100 ms.)
+func TestAReusedRecordIDIsNotSkipped(t *testing.T) {
+	s := openSweep(t, t.TempDir()+"/appview.db", defaultFeeds, SweepOptions{Retention: time.Second, TombstoneWindow: -1})
+	const secondUS = int64(time.Second / time.Microsecond)
+	apply(t, s, post("alice", "a1", 1), post("alice", "a2", 2))
+	cursorAt(t, s, secondUS+10)
+	settleRetention(t, s) // a full lap retires both; the table is empty
+	if n := querySQL[int](t, s, `SELECT count(*) FROM records`); n != 0 {
+		t.Fatalf("%d records left after the first lap, want none", n)
+	}
+	apply(t, s, post("alice", "b1", secondUS+20))
+	if id := querySQL[int](t, s, `SELECT id FROM records WHERE rkey = 'b1'`); id != 1 {
+		t.Fatalf("b1 has id %d; the test wants it to reuse id 1", id)
+	}
+	cursorAt(t, s, 2*secondUS+30) // b1 has aged; the next full lap is a minute away
+	settleRetention(t, s)
+	if n := querySQL[int](t, s, `SELECT count(*) FROM records WHERE rkey = 'b1'`); n != 0 {
+		t.Errorf("b1, past the window, was not retired by the lap after it aged")
+	}
+}

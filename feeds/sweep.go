@@ -185,7 +185,6 @@ type sweeper struct {
 	vacuumMore    bool
 	retainNextUS  int64 // stream time at which the next retention lap may start
 	retainMore    bool  // the last retention slice was full
-	retainFullUS  int64 // stream time at which the next lap starts from the start
 	probeBudget   int64 // feed-row probes one retention slice may make (retentionProbeBudget)
 }
 

@@ -16,7 +16,7 @@ var sweepSQL = struct {
 	grownCount, grownAgain, grownAddAuthor, grownAddViewer string
 	grownHasViewer                                         string
 	saveSweep, saveRetain                                  string
-	retainWindow, retainProbes                             string
+	retainWindow, retainProbes, lastRecordID               string
 	retainRecords, retainTombstones                        string
 	retainListing                                          string
 }{
@@ -76,6 +76,7 @@ var sweepSQL = struct {
 	// the budget.
 	retainWindow: `SELECT id, indexed_us, actor_id, collection_id FROM records
 		WHERE id > ?1 ORDER BY id LIMIT ?2`,
+	lastRecordID: `SELECT coalesce(max(id), 0) FROM records`,
 	// retainProbes counts, up to a limit, the lanes retainRecords probes
 	// for one record of the author: a follower's lane per follow of the
 	// author in a follow collection that feeds the record's collection.
@@ -118,7 +119,7 @@ type sweepStatements struct {
 	grownCount, grownAgain, grownAddAuthor, grownAddViewer *sql.Stmt
 	grownHasViewer                                         *sql.Stmt
 	saveSweep, saveRetain                                  *sql.Stmt
-	retainWindow, retainProbes                             *sql.Stmt
+	retainWindow, retainProbes, lastRecordID               *sql.Stmt
 	retainRecords, retainTombstones                        *sql.Stmt
 	retainListing                                          *sql.Stmt
 }
@@ -144,6 +145,7 @@ func (s *Store) sweepStatements(ctx context.Context) (*sweepStatements, error) {
 		{&st.grownHasViewer, q.grownHasViewer},
 		{&st.saveSweep, q.saveSweep}, {&st.saveRetain, q.saveRetain},
 		{&st.retainWindow, q.retainWindow}, {&st.retainProbes, q.retainProbes},
+		{&st.lastRecordID, q.lastRecordID},
 		{&st.retainRecords, q.retainRecords},
 		{&st.retainTombstones, q.retainTombstones}, {&st.retainListing, q.retainListing},
 	} {
