@@ -40,15 +40,17 @@ const retentionLapEvery = time.Minute
 // Records are scanned in id order from a stored position: records that
 // feeds still hold are stepped over rather than examined again on every
 // tick, so each slice costs the same however many old records feeds hold.
-// Ids grow with insertion and so, but for replays, do indexed times, so
-// the lap ends at the first record still inside the window (a replayed
-// older record behind it waits for a later lap). The next lap starts
-// retentionLapEvery of event time later, from the same position, or from
-// the start when a full lap is due.
+// Ids grow with insertion and so, but for replays and records stamped
+// with their own time, do indexed times: the position stops before the
+// first record still inside the window, and the lap ends there, though
+// the slice retires old records up to retentionSlice past it
+// (retentionWindow). The next lap starts retentionLapEvery of event time
+// later, from the same position, or from the start when a full lap is
+// due.
 func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	sw := &s.sweep
 	nowUS := s.Cursor().TimeUS
-	if nowUS == 0 || (!sw.retainMore && nowUS < sw.retainNextUS) {
+	if nowUS == 0 || (!sw.retainMore && !sw.tombstonesMore && nowUS < sw.retainNextUS) {
 		return nil
 	}
 	// The full lap's due time is stored with the position: a daemon
@@ -64,7 +66,7 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	}
 	defer w.tx.Rollback()
 	st := *sw.state
-	more := false
+	recordsMore, tombstonesMore := false, false
 	if fullLap {
 		st.retainAfterID = 0
 		st.retainFullDueUS = nowUS + max(sw.opts.Retention/10, retentionLapEvery).Microseconds()
@@ -73,29 +75,26 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	var records int64
 	if !keepRecords {
 		cutoff := nowUS - sw.opts.Retention.Microseconds()
-		endID, full, n, err := w.retentionWindow(st.retainAfterID, cutoff, nowUS, sw.probeBudget)
+		end, pos, more, n, err := w.retentionWindow(st.retainAfterID, cutoff, sw.probeBudget)
 		if err != nil {
 			return err
 		}
-		if endID > st.retainAfterID {
-			records, err = w.retireRecords(st.retainAfterID, endID, cutoff)
+		if n > 0 {
+			records, err = w.retireRecords(st.retainAfterID, end, cutoff)
 			if err != nil {
 				return err
 			}
-			st.retainAfterID = endID
 		}
-		more = full
+		// A record id past the last one stored is handed out again (the
+		// table has no AUTOINCREMENT): the position must not stand past
+		// the next new record.
+		var last int64
+		if _, err := w.queryRow(sw.stmts.lastRecordID, nil, &last); err != nil {
+			return fmt.Errorf("read last record id: %w", err)
+		}
+		st.retainAfterID = min(pos, last)
+		recordsMore = more
 		res.RecordsExamined = int64(n)
-		if !more {
-			// A record id past the last one stored is handed out again
-			// (the table has no AUTOINCREMENT): a scan that reached the
-			// end of the table must not stand past the next new record.
-			var last int64
-			if _, err := w.queryRow(sw.stmts.lastRecordID, nil, &last); err != nil {
-				return fmt.Errorf("read last record id: %w", err)
-			}
-			st.retainAfterID = min(st.retainAfterID, last)
-		}
 		if st.retainAfterID != sw.state.retainAfterID || st.retainFullDueUS != sw.state.retainFullDueUS {
 			if _, err := w.exec(sw.stmts.saveRetain, st.retainAfterID, st.retainFullDueUS); err != nil {
 				return fmt.Errorf("save retention position: %w", err)
@@ -110,15 +109,15 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 		if err != nil {
 			return fmt.Errorf("retire tombstones: %w", err)
 		}
-		more = more || tombstones == retentionSlice
+		tombstonesMore = tombstones == retentionSlice
 	}
 
 	if err := w.commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	sw.state = &st
-	sw.retainMore = more
-	if !more {
+	sw.retainMore, sw.tombstonesMore = recordsMore, tombstonesMore
+	if !recordsMore && !tombstonesMore {
 		lap := retentionLapEvery
 		if tenth := sw.opts.Retention / 10; tenth > 0 && tenth < lap {
 			lap = tenth
@@ -131,43 +130,43 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	return nil
 }
 
-// retentionWindow finds where the slice after record afterID ends: after
-// retentionSlice records, before the first record inside the window, or
-// before the candidate whose probes would take the slice past its budget;
-// n is the candidates (records past the window) it holds. full is false
-// when the lap ends with it.
-//
-// A record stamped ahead of the stream (nowUS) does not end the lap: a
-// listed or notified record takes a time of its own (its key's, the
-// read's), ahead of the stream while it catches up, and would hold back
-// everything stored after it for as long. The scan steps over it; the
-// retirement's own cutoff keeps it, and a full lap comes back to it.
-func (w *txWriter) retentionWindow(afterID, cutoff, nowUS, budget int64) (endID int64, full bool, n int, err error) {
-	type candidate struct{ id, us, actor, coll int64 }
+// retentionWindow reads up to retentionSlice records after afterID, in id
+// order, and finds the slice's range (afterID, end] and where the scan
+// position goes. Records past the window (indexed before cutoff) are the
+// candidates; the range ends before the candidate whose probes would take
+// the slice past its budget (it keeps at least one). A record still inside
+// the window does not end the range: records stored after it may be old
+// (a replay, or it is a listed or notified record stamped with its own,
+// later time), and the range goes on over it to the end of what was read.
+// But the position never passes it, so the next lap looks at it again;
+// and the lap ends with the slice (more is false). n counts candidates.
+func (w *txWriter) retentionWindow(afterID, cutoff, budget int64) (end, pos int64, more bool, n int, err error) {
+	type candidate struct{ id, actor, coll int64 }
 	rows, err := w.stmt(w.s.sweep.stmts.retainWindow).QueryContext(w.ctx, afterID, retentionSlice)
 	if err != nil {
-		return 0, false, 0, fmt.Errorf("find retention window: %w", err)
+		return 0, 0, false, 0, fmt.Errorf("find retention window: %w", err)
 	}
 	var cands []candidate
-	young, seen, end := false, 0, afterID
+	read, end, firstYoung := 0, afterID, int64(0)
 	for rows.Next() {
 		var c candidate
-		if err := rows.Scan(&c.id, &c.us, &c.actor, &c.coll); err != nil {
+		var us int64
+		if err := rows.Scan(&c.id, &us, &c.actor, &c.coll); err != nil {
 			rows.Close()
-			return 0, false, 0, fmt.Errorf("find retention window: %w", err)
+			return 0, 0, false, 0, fmt.Errorf("find retention window: %w", err)
 		}
-		if c.us >= cutoff && c.us <= nowUS {
-			young = true
-			break
-		}
-		seen, end = seen+1, c.id
-		if c.us < cutoff {
+		read, end = read+1, c.id
+		switch {
+		case us < cutoff:
 			cands = append(cands, c)
+		case firstYoung == 0:
+			firstYoung = c.id
 		}
 	}
 	if err := errors.Join(rows.Close(), rows.Err()); err != nil {
-		return 0, false, 0, fmt.Errorf("find retention window: %w", err)
+		return 0, 0, false, 0, fmt.Errorf("find retention window: %w", err)
 	}
+	more = read == retentionSlice
 	probes := map[[2]int64]int64{} // per author and collection
 	var spent int64
 	for i, c := range cands {
@@ -175,16 +174,21 @@ func (w *txWriter) retentionWindow(afterID, cutoff, nowUS, budget int64) (endID 
 		cost, ok := probes[k]
 		if !ok {
 			if _, err := w.queryRow(w.s.sweep.stmts.retainProbes, []any{c.actor, c.coll, budget + 1}, &cost); err != nil {
-				return 0, false, 0, fmt.Errorf("count retention probes: %w", err)
+				return 0, 0, false, 0, fmt.Errorf("count retention probes: %w", err)
 			}
 			probes[k] = cost
 		}
 		if i > 0 && spent+max(cost, 1) > budget {
-			return cands[i-1].id, true, i, nil
+			end, more, cands = cands[i-1].id, true, cands[:i]
+			break
 		}
 		spent += max(cost, 1)
 	}
-	return end, !young && seen == retentionSlice, len(cands), nil
+	pos = end
+	if firstYoung != 0 && firstYoung <= end {
+		pos, more = firstYoung-1, false
+	}
+	return end, pos, more, len(cands), nil
 }
 
 // retireRecords deletes the window's records that no feed holds, and marks

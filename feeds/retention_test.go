@@ -305,26 +305,28 @@ func TestRetentionSlicesAreBoundedInProbes(t *testing.T) {
 	}
 }
 
-// The scan goes in id order and a lap ends at the first record still
-// inside the window, so it never walks the young part of the table. A
-// record inserted late with an old indexed time (a replay) waits behind
-// the young one and goes when the scan passes it, never before its time.
-func TestRetentionStopsAtTheFirstRecordInsideTheWindow(t *testing.T) {
+// The scan goes in id order. A record still inside the window holds the
+// scan position, so the next lap looks at it again, but not the records
+// stored after it: the slice goes on past it, and a record inserted late
+// with an old indexed time (a replay) goes at once.
+func TestRetentionLooksPastTheFirstRecordInsideTheWindow(t *testing.T) {
 	s := openSweep(t, t.TempDir()+"/appview.db", defaultFeeds, SweepOptions{Retention: time.Hour, TombstoneWindow: -1})
 	apply(t, s, post("alice", "old", 1), post("alice", "young", 3*hourUS))
 	apply(t, s, post("alice", "replayed", 2)) // after young, older than it
 	apply(t, s, post("alice", "now", 3*hourUS+hourUS/2))
 	r := tick(t, s, t0, false)
-	if r.RecordsRetired != 1 || r.RecordsExamined != 1 {
-		t.Fatalf("first lap retired %d and examined %d records, want old alone", r.RecordsRetired, r.RecordsExamined)
+	if r.RecordsRetired != 2 || r.RecordsExamined != 2 || r.Pending {
+		t.Fatalf("first lap: %+v, want old and replayed retired and the lap over", r)
 	}
-	if got, want := storedRKeys(t, s, "records"), []string{"now", "replayed", "young"}; !slices.Equal(got, want) {
+	if got, want := storedRKeys(t, s, "records"), []string{"now", "young"}; !slices.Equal(got, want) {
 		t.Fatalf("records = %v, want %v", got, want)
 	}
-	// young ages out: the scan passes it, and the replayed record with it.
-	apply(t, s, post("alice", "later", 4*hourUS+int64(time.Minute/time.Microsecond)))
-	for r := tick(t, s, t0, false); r.Pending; r = tick(t, s, t0, false) {
+	if pos, young := s.sweep.state.retainAfterID, querySQL[int64](t, s, `SELECT id FROM records WHERE rkey = 'young'`); pos >= young {
+		t.Fatalf("scan position %d passed the record inside the window (%d)", pos, young)
 	}
+	// young ages out: the next lap finds it.
+	apply(t, s, post("alice", "later", 4*hourUS+int64(time.Minute/time.Microsecond)))
+	settleRetention(t, s)
 	if got, want := storedRKeys(t, s, "records"), []string{"later", "now"}; !slices.Equal(got, want) {
 		t.Fatalf("records = %v, want %v", got, want)
 	}
@@ -432,19 +434,38 @@ func TestFullLapsRunForADaemonRestartedOften(t *testing.T) {
 
 // A record stamped ahead of the stream (a listing's or notifyOfUpdate's
 // own time, while the stream catches up) does not hold back the records
-// stored after it: the scan steps over it.
+// stored after it, whatever the lag against the window, and full laps do
+// not bring the scan back to stay in front of it.
 func TestARecordAheadOfTheStreamDoesNotHoldRetentionBack(t *testing.T) {
-	s := openSweep(t, t.TempDir()+"/appview.db", defaultFeeds, SweepOptions{Retention: time.Hour, TombstoneWindow: -1})
-	apply(t, s, post("alice", "first", hourUS))
-	mustExec(t, s, `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
-		SELECT actor_id, collection_id, 'ahead', 'c', '', ?1, ?1, 0, '{}' FROM records WHERE rkey = 'first'`, 25*hourUS)
-	for i := range 20 {
-		apply(t, s, post("alice", fmt.Sprint("p", i), hourUS+int64(i+1)*hourUS/10))
-	}
-	cursorAt(t, s, 6*hourUS)
-	settleRetention(t, s)
-	if got, want := storedRKeys(t, s, "records"), []string{"ahead"}; !slices.Equal(got, want) {
-		t.Errorf("records = %v, want only the one ahead of the stream", got)
+	for _, tc := range []struct {
+		name              string
+		ahead             float64   // the record's time, in hours
+		postsFrom, postTo float64   // 20 posts stored after it, evenly
+		cursors           []float64 // where the stream goes, settling at each
+	}{
+		{"a lag longer than the window", 25, 1.1, 3, []float64{6}},
+		{"a lag shorter than the window", 1.5, 1.025, 1.5, []float64{2.2}},
+		{"full laps after the stream passed it", 3, 1.1, 2.4, []float64{2.5, 3.5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := func(x float64) int64 { return int64(x * float64(hourUS)) }
+			s := openSweep(t, t.TempDir()+"/appview.db", defaultFeeds, SweepOptions{Retention: time.Hour, TombstoneWindow: -1})
+			apply(t, s, post("alice", "first", hourUS))
+			mustExec(t, s, `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
+				SELECT actor_id, collection_id, 'ahead', 'c', '', ?1, ?1, 0, '{}' FROM records WHERE rkey = 'first'`, h(tc.ahead))
+			for i := range 20 {
+				apply(t, s, post("alice", fmt.Sprint("p", i), h(tc.postsFrom)+int64(i)*(h(tc.postTo)-h(tc.postsFrom))/19))
+			}
+			var cutoff int64
+			for _, c := range tc.cursors {
+				cursorAt(t, s, h(c))
+				settleRetention(t, s)
+				cutoff = h(c) - hourUS
+			}
+			if n := querySQL[int](t, s, `SELECT count(*) FROM records WHERE indexed_us < ?`, cutoff); n != 0 {
+				t.Errorf("%d records past the window are still stored", n)
+			}
+		})
 	}
 }
 
@@ -470,5 +491,30 @@ func TestAReusedRecordIDIsNotSkipped(t *testing.T) {
 	settleRetention(t, s)
 	if n := querySQL[int](t, s, `SELECT count(*) FROM records WHERE rkey = 'b1'`); n != 0 {
 		t.Errorf("b1, past the window, was not retired by the lap after it aged")
+	}
+}
+
+// A backlog of old tombstones, retired 1,000 a tick, does not hold back a
+// full lap of the records that is due.
+func TestATombstoneBacklogDoesNotDelayAFullLap(t *testing.T) {
+	s := openSweep(t, t.TempDir()+"/appview.db", defaultFeeds, SweepOptions{Retention: time.Hour, TombstoneWindow: time.Hour})
+	seedOldRecords(t, s, 0)
+	mustExec(t, s, `INSERT INTO feed_items (viewer_id, target_id, sort_us, record_id)
+		SELECT (SELECT id FROM actors WHERE did = 'did:plc:v1'), ?, sort_us, id FROM records`, s.lanes[0].id)
+	minuteUS := int64(time.Minute / time.Microsecond)
+	now := 2 * hourUS
+	cursorAt(t, s, now)
+	settleRetention(t, s) // a full lap steps over the held records; the next is due in 6 min
+	mustExec(t, s, `DELETE FROM feed_items`)
+	mustExec(t, s, `WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq WHERE i < 2500)
+		INSERT INTO tombstones (actor_id, collection_id, rkey, rev, deleted_us)
+		SELECT 1, ?, 't' || i, 'rev', 5 FROM seq`, s.targetColls[postNSID])
+	cursorAt(t, s, now+minuteUS)
+	if r := tick(t, s, t0, false); r.TombstonesRetired != retentionSlice || !r.Pending {
+		t.Fatalf("first tick: %+v, want a full slice of tombstones and more to come", r)
+	}
+	cursorAt(t, s, now+7*minuteUS) // the full lap is due
+	if r := tick(t, s, t0, false); r.RecordsRetired != 10 {
+		t.Errorf("the tick the full lap was due retired %d records, want alice's ten", r.RecordsRetired)
 	}
 }

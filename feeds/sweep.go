@@ -175,17 +175,18 @@ type SweepResult struct {
 
 // sweeper is the Store's sweep state, guarded by Store.writeMu.
 type sweeper struct {
-	opts          SweepOptions
-	stmts         *sweepStatements
-	state         *sweepState // nil until the first tick loads it
-	grownPending  bool
-	disabledLanes []int64 // lanes that left the config: their rows are swept away
-	rowsPerVisit  int64   // row pace of the slices (sliceScale)
-	incremental   bool    // the file is in auto_vacuum=incremental mode
-	vacuumMore    bool
-	retainNextUS  int64 // stream time at which the next retention lap may start
-	retainMore    bool  // the last retention slice was full
-	probeBudget   int64 // feed-row probes one retention slice may make (retentionProbeBudget)
+	opts           SweepOptions
+	stmts          *sweepStatements
+	state          *sweepState // nil until the first tick loads it
+	grownPending   bool
+	disabledLanes  []int64 // lanes that left the config: their rows are swept away
+	rowsPerVisit   int64   // row pace of the slices (sliceScale)
+	incremental    bool    // the file is in auto_vacuum=incremental mode
+	vacuumMore     bool
+	retainNextUS   int64 // stream time at which the next retention lap may start
+	retainMore     bool  // the last retention slice of records stopped short of the lap's end
+	tombstonesMore bool  // the last tombstone slice was full
+	probeBudget    int64 // feed-row probes one retention slice may make (retentionProbeBudget)
 }
 
 // SweepTick runs one tick of the sweep: at most one slice of up to
@@ -222,7 +223,7 @@ func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
 	if err := s.vacuum(ctx, freed, &res); err != nil {
 		return res, fmt.Errorf("incremental vacuum: %w", err)
 	}
-	res.Pending = s.sweepReason(false, now) != "" || sw.retainMore || sw.vacuumMore || len(s.fieldBacklog) > 0
+	res.Pending = s.sweepReason(false, now) != "" || sw.retainMore || sw.tombstonesMore || sw.vacuumMore || len(s.fieldBacklog) > 0
 	return res, nil
 }
 
