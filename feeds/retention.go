@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -136,10 +137,15 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 // candidates; the range ends before the candidate whose probes would take
 // the slice past its budget (it keeps at least one). A record still inside
 // the window does not end the range: records stored after it may be old
-// (a replay, or it is a listed or notified record stamped with its own,
-// later time), and the range goes on over it to the end of what was read.
-// But the position never passes it, so the next lap looks at it again;
-// and the lap ends with the slice (more is false). n counts candidates.
+// (a replay), and the range goes on over it to the end of what was read.
+// But the position does not pass a stream record inside the window, so the
+// next lap looks at it again, and the lap ends with the slice (more is
+// false). n counts candidates.
+//
+// A listed or notified record (no stream rev) is stamped with its own
+// time, later than the stream's while the stream catches up: as the
+// position's stop it would hold back everything stored after it for as
+// long. The position passes it; a full lap comes back to it.
 func (w *txWriter) retentionWindow(afterID, cutoff, budget int64) (end, pos int64, more bool, n int, err error) {
 	type candidate struct{ id, actor, coll int64 }
 	rows, err := w.stmt(w.s.sweep.stmts.retainWindow).QueryContext(w.ctx, afterID, retentionSlice)
@@ -151,7 +157,8 @@ func (w *txWriter) retentionWindow(afterID, cutoff, budget int64) (end, pos int6
 	for rows.Next() {
 		var c candidate
 		var us int64
-		if err := rows.Scan(&c.id, &us, &c.actor, &c.coll); err != nil {
+		var rev string
+		if err := rows.Scan(&c.id, &us, &c.actor, &c.coll, &rev); err != nil {
 			rows.Close()
 			return 0, 0, false, 0, fmt.Errorf("find retention window: %w", err)
 		}
@@ -159,7 +166,7 @@ func (w *txWriter) retentionWindow(afterID, cutoff, budget int64) (end, pos int6
 		switch {
 		case us < cutoff:
 			cands = append(cands, c)
-		case firstYoung == 0:
+		case firstYoung == 0 && streamRev(rev):
 			firstYoung = c.id
 		}
 	}
@@ -189,6 +196,12 @@ func (w *txWriter) retentionWindow(afterID, cutoff, budget int64) (end, pos int6
 		pos, more = firstYoung-1, false
 	}
 	return end, pos, more, len(cands), nil
+}
+
+// streamRev reports whether a record's rev came with a stream commit: a
+// listed record has none, a notified one a read-time suffix (notifiedRev).
+func streamRev(rev string) bool {
+	return rev != "" && !strings.Contains(rev, ".")
 }
 
 // retireRecords deletes the window's records that no feed holds, and marks

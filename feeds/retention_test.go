@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -440,12 +441,13 @@ func TestARecordAheadOfTheStreamDoesNotHoldRetentionBack(t *testing.T) {
 	for _, tc := range []struct {
 		name              string
 		ahead             float64   // the record's time, in hours
-		postsFrom, postTo float64   // 20 posts stored after it, evenly
+		postsFrom, postTo float64   // posts stored after it, evenly
 		cursors           []float64 // where the stream goes, settling at each
 	}{
 		{"a lag longer than the window", 25, 1.1, 3, []float64{6}},
 		{"a lag shorter than the window", 1.5, 1.025, 1.5, []float64{2.2}},
 		{"full laps after the stream passed it", 3, 1.1, 2.4, []float64{2.5, 3.5}},
+		{"more records after it than a slice reads", 1.5, 1.01, 1.15, []float64{2.2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := func(x float64) int64 { return int64(x * float64(hourUS)) }
@@ -453,9 +455,15 @@ func TestARecordAheadOfTheStreamDoesNotHoldRetentionBack(t *testing.T) {
 			apply(t, s, post("alice", "first", hourUS))
 			mustExec(t, s, `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
 				SELECT actor_id, collection_id, 'ahead', 'c', '', ?1, ?1, 0, '{}' FROM records WHERE rkey = 'first'`, h(tc.ahead))
-			for i := range 20 {
-				apply(t, s, post("alice", fmt.Sprint("p", i), h(tc.postsFrom)+int64(i)*(h(tc.postTo)-h(tc.postsFrom))/19))
+			n := 20
+			if strings.HasPrefix(tc.name, "more records") {
+				n = 2 * retentionSlice
 			}
+			var posts []Change
+			for i := range n {
+				posts = append(posts, post("alice", fmt.Sprint("p", i), h(tc.postsFrom)+int64(i)*(h(tc.postTo)-h(tc.postsFrom))/int64(n-1)))
+			}
+			apply(t, s, posts...)
 			var cutoff int64
 			for _, c := range tc.cursors {
 				cursorAt(t, s, h(c))
@@ -464,6 +472,13 @@ func TestARecordAheadOfTheStreamDoesNotHoldRetentionBack(t *testing.T) {
 			}
 			if n := querySQL[int](t, s, `SELECT count(*) FROM records WHERE indexed_us < ?`, cutoff); n != 0 {
 				t.Errorf("%d records past the window are still stored", n)
+			}
+			// The record the scan passed goes at the first full lap after
+			// it ages (one every tenth of the window).
+			cursorAt(t, s, h(tc.ahead)+hourUS+7*int64(time.Minute/time.Microsecond))
+			settleRetention(t, s)
+			if n := querySQL[int](t, s, `SELECT count(*) FROM records WHERE rkey = 'ahead'`); n != 0 {
+				t.Errorf("the record ahead of the stream outlived its window by more than a tenth of it")
 			}
 		})
 	}

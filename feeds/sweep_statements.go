@@ -74,7 +74,7 @@ var sweepSQL = struct {
 	// order, with their indexed times and authors: the window ends at the
 	// first still inside the retention window, or where its probes reach
 	// the budget.
-	retainWindow: `SELECT id, indexed_us, actor_id, collection_id FROM records
+	retainWindow: `SELECT id, indexed_us, actor_id, collection_id, rev FROM records
 		WHERE id > ?1 ORDER BY id LIMIT ?2`,
 	lastRecordID: `SELECT coalesce(max(id), 0) FROM records`,
 	// retainProbes counts, up to a limit, the lanes retainRecords probes
