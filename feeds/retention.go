@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -25,9 +24,11 @@ const retentionProbeBudget = 100_000
 // a tenth of the window when that is shorter. A lap goes on from where the
 // last one stopped, so it examines only the records that aged out since;
 // records feeds still held when the scan passed them are examined again
-// only by a full lap, from the start, once per tenth of the window. A
-// record nobody holds thus outlives the window by at most a lap; one a
-// feed held and let go, by at most a tenth of the window. (Starting every
+// only by a full lap, from the start, once per tenth of the window (its
+// due time is stored with the position, so a daemon restarted often still
+// runs it). A record nobody holds thus outlives the window by at most a
+// lap; one a feed held and let go, or one stored behind the position (a
+// replay with an old time), by at most a tenth of the window. (Starting every
 // lap from the start re-examined every held record each minute: at a few
 // hundred thousand old records held by sparse feeds, seconds of the
 // writer's time per minute.)
@@ -38,24 +39,18 @@ const retentionLapEvery = time.Minute
 // retires the same rows. Nothing new can age out while the stream time
 // stands still, so an idle tick runs nothing unless the last slice was full.
 //
-// Records are scanned in id order from a stored position: records that
-// feeds still hold are stepped over rather than examined again on every
-// tick, so each slice costs the same however many old records feeds hold.
-// Ids grow with insertion and so, but for replays and records stamped
-// with their own time, do indexed times: the position stops before the
-// first record still inside the window, and the lap ends there, though
-// the slice retires old records up to retentionSlice past it
-// (retentionWindow). The next lap starts retentionLapEvery of event time
-// later, from the same position, or from the start when a full lap is
-// due.
+// Records are scanned in (indexed_us, id) order from a stored position:
+// records that feeds still hold are stepped over rather than examined again
+// on every tick, so each slice costs the same however many old records
+// feeds hold. When the scan reaches the cutoff the lap ends; the next
+// starts retentionLapEvery of event time later, from the same position,
+// or from the start when a full lap is due.
 func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	sw := &s.sweep
 	nowUS := s.Cursor().TimeUS
 	if nowUS == 0 || (!sw.retainMore && !sw.tombstonesMore && nowUS < sw.retainNextUS) {
 		return nil
 	}
-	// The full lap's due time is stored with the position: a daemon
-	// restarted more often than a tenth of the window still runs it.
 	fullLap := !sw.retainMore && nowUS >= sw.state.retainFullDueUS
 	keepRecords, keepTombstones := sw.opts.Retention < 0, sw.opts.TombstoneWindow < 0
 	if keepRecords && keepTombstones {
@@ -69,35 +64,29 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	st := *sw.state
 	recordsMore, tombstonesMore := false, false
 	if fullLap {
-		st.retainAfterID = 0
+		st.retainAfterUS, st.retainAfterID = 0, 0
 		st.retainFullDueUS = nowUS + max(sw.opts.Retention/10, retentionLapEvery).Microseconds()
 	}
 
 	var records int64
 	if !keepRecords {
 		cutoff := nowUS - sw.opts.Retention.Microseconds()
-		end, pos, more, n, err := w.retentionWindow(st.retainAfterID, cutoff, sw.probeBudget)
+		endUS, endID, full, n, err := w.retentionWindow(st.retainAfterUS, st.retainAfterID, cutoff, sw.probeBudget)
 		if err != nil {
 			return err
 		}
 		if n > 0 {
-			records, err = w.retireRecords(st.retainAfterID, end, cutoff)
+			records, err = w.retireRecords(st.retainAfterUS, st.retainAfterID, endUS, endID, cutoff)
 			if err != nil {
 				return err
 			}
+			st.retainAfterUS, st.retainAfterID = endUS, endID
 		}
-		// A record id past the last one stored is handed out again (the
-		// table has no AUTOINCREMENT): the position must not stand past
-		// the next new record.
-		var last int64
-		if _, err := w.queryRow(sw.stmts.lastRecordID, nil, &last); err != nil {
-			return fmt.Errorf("read last record id: %w", err)
-		}
-		st.retainAfterID = min(pos, last)
-		recordsMore = more
+		recordsMore = full
 		res.RecordsExamined = int64(n)
-		if st.retainAfterID != sw.state.retainAfterID || st.retainFullDueUS != sw.state.retainFullDueUS {
-			if _, err := w.exec(sw.stmts.saveRetain, st.retainAfterID, st.retainFullDueUS); err != nil {
+		if st.retainAfterUS != sw.state.retainAfterUS || st.retainAfterID != sw.state.retainAfterID ||
+			st.retainFullDueUS != sw.state.retainFullDueUS {
+			if _, err := w.exec(sw.stmts.saveRetain, st.retainAfterUS, st.retainAfterID, st.retainFullDueUS); err != nil {
 				return fmt.Errorf("save retention position: %w", err)
 			}
 		}
@@ -131,49 +120,28 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	return nil
 }
 
-// retentionWindow reads up to retentionSlice records after afterID, in id
-// order, and finds the slice's range (afterID, end] and where the scan
-// position goes. Records past the window (indexed before cutoff) are the
-// candidates; the range ends before the candidate whose probes would take
-// the slice past its budget (it keeps at least one). A record still inside
-// the window does not end the range: records stored after it may be old
-// (a replay), and the range goes on over it to the end of what was read.
-// But the position does not pass a stream record inside the window, so the
-// next lap looks at it again, and the lap ends with the slice (more is
-// false). n counts candidates.
-//
-// A listed or notified record (no stream rev) is stamped with its own
-// time, later than the stream's while the stream catches up: as the
-// position's stop it would hold back everything stored after it for as
-// long. The position passes it; a full lap comes back to it.
-func (w *txWriter) retentionWindow(afterID, cutoff, budget int64) (end, pos int64, more bool, n int, err error) {
-	type candidate struct{ id, actor, coll int64 }
-	rows, err := w.stmt(w.s.sweep.stmts.retainWindow).QueryContext(w.ctx, afterID, retentionSlice)
+// retentionWindow finds where the slice after (afterUS, afterID) ends:
+// after retentionSlice candidates, or before the candidate whose probes
+// would take the slice past its budget; n is the candidates it holds.
+// full is false when the window reaches the cutoff.
+func (w *txWriter) retentionWindow(afterUS, afterID, cutoff, budget int64) (endUS, endID int64, full bool, n int, err error) {
+	type candidate struct{ us, id, actor, coll int64 }
+	rows, err := w.stmt(w.s.sweep.stmts.retainWindow).QueryContext(w.ctx, afterUS, afterID, cutoff, retentionSlice)
 	if err != nil {
 		return 0, 0, false, 0, fmt.Errorf("find retention window: %w", err)
 	}
 	var cands []candidate
-	read, end, firstYoung := 0, afterID, int64(0)
 	for rows.Next() {
 		var c candidate
-		var us int64
-		var rev string
-		if err := rows.Scan(&c.id, &us, &c.actor, &c.coll, &rev); err != nil {
+		if err := rows.Scan(&c.us, &c.id, &c.actor, &c.coll); err != nil {
 			rows.Close()
 			return 0, 0, false, 0, fmt.Errorf("find retention window: %w", err)
 		}
-		read, end = read+1, c.id
-		switch {
-		case us < cutoff:
-			cands = append(cands, c)
-		case firstYoung == 0 && streamRev(rev):
-			firstYoung = c.id
-		}
+		cands = append(cands, c)
 	}
 	if err := errors.Join(rows.Close(), rows.Err()); err != nil {
 		return 0, 0, false, 0, fmt.Errorf("find retention window: %w", err)
 	}
-	more = read == retentionSlice
 	probes := map[[2]int64]int64{} // per author and collection
 	var spent int64
 	for i, c := range cands {
@@ -186,30 +154,23 @@ func (w *txWriter) retentionWindow(afterID, cutoff, budget int64) (end, pos int6
 			probes[k] = cost
 		}
 		if i > 0 && spent+max(cost, 1) > budget {
-			end, more, cands = cands[i-1].id, true, cands[:i]
-			break
+			return cands[i-1].us, cands[i-1].id, true, i, nil
 		}
 		spent += max(cost, 1)
 	}
-	pos = end
-	if firstYoung != 0 && firstYoung <= end {
-		pos, more = firstYoung-1, false
+	if len(cands) == 0 {
+		return afterUS, afterID, false, 0, nil
 	}
-	return end, pos, more, len(cands), nil
-}
-
-// streamRev reports whether a record's rev came with a stream commit: a
-// listed record has none, a notified one a read-time suffix (notifiedRev).
-func streamRev(rev string) bool {
-	return rev != "" && !strings.Contains(rev, ".")
+	last := cands[len(cands)-1]
+	return last.us, last.id, len(cands) == retentionSlice, len(cands), nil
 }
 
 // retireRecords deletes the window's records that no feed holds, and marks
 // the listings of their accounts incomplete: per-account backfill state
 // must not claim records the store no longer has.
-func (w *txWriter) retireRecords(afterID, endID, cutoff int64) (int64, error) {
+func (w *txWriter) retireRecords(afterUS, afterID, endUS, endID, cutoff int64) (int64, error) {
 	type key struct{ actor, coll int64 }
-	rows, err := w.stmt(w.s.sweep.stmts.retainRecords).QueryContext(w.ctx, afterID, endID, cutoff)
+	rows, err := w.stmt(w.s.sweep.stmts.retainRecords).QueryContext(w.ctx, afterUS, afterID, endUS, endID, cutoff)
 	if err != nil {
 		return 0, fmt.Errorf("retire records: %w", err)
 	}

@@ -306,11 +306,10 @@ func TestRetentionSlicesAreBoundedInProbes(t *testing.T) {
 	}
 }
 
-// The scan goes in id order. A record still inside the window holds the
-// scan position, so the next lap looks at it again, but not the records
-// stored after it: the slice goes on past it, and a record inserted late
-// with an old indexed time (a replay) goes at once.
-func TestRetentionLooksPastTheFirstRecordInsideTheWindow(t *testing.T) {
+// The scan goes in indexed-time order, so a record stored late with an
+// old time (a replay) goes with its time, not behind the younger records
+// stored before it.
+func TestRetentionRetiresAReplayStoredAfterAYoungerRecord(t *testing.T) {
 	s := openSweep(t, t.TempDir()+"/appview.db", defaultFeeds, SweepOptions{Retention: time.Hour, TombstoneWindow: -1})
 	apply(t, s, post("alice", "old", 1), post("alice", "young", 3*hourUS))
 	apply(t, s, post("alice", "replayed", 2)) // after young, older than it
@@ -321,9 +320,6 @@ func TestRetentionLooksPastTheFirstRecordInsideTheWindow(t *testing.T) {
 	}
 	if got, want := storedRKeys(t, s, "records"), []string{"now", "young"}; !slices.Equal(got, want) {
 		t.Fatalf("records = %v, want %v", got, want)
-	}
-	if pos, young := s.sweep.state.retainAfterID, querySQL[int64](t, s, `SELECT id FROM records WHERE rkey = 'young'`); pos >= young {
-		t.Fatalf("scan position %d passed the record inside the window (%d)", pos, young)
 	}
 	// young ages out: the next lap finds it.
 	apply(t, s, post("alice", "later", 4*hourUS+int64(time.Minute/time.Microsecond)))
@@ -473,39 +469,13 @@ func TestARecordAheadOfTheStreamDoesNotHoldRetentionBack(t *testing.T) {
 			if n := querySQL[int](t, s, `SELECT count(*) FROM records WHERE indexed_us < ?`, cutoff); n != 0 {
 				t.Errorf("%d records past the window are still stored", n)
 			}
-			// The record the scan passed goes at the first full lap after
-			// it ages (one every tenth of the window).
+			// And the record ahead of the stream goes once it ages.
 			cursorAt(t, s, h(tc.ahead)+hourUS+7*int64(time.Minute/time.Microsecond))
 			settleRetention(t, s)
 			if n := querySQL[int](t, s, `SELECT count(*) FROM records WHERE rkey = 'ahead'`); n != 0 {
-				t.Errorf("the record ahead of the stream outlived its window by more than a tenth of it")
+				t.Errorf("the record ahead of the stream outlived its window")
 			}
 		})
-	}
-}
-
-// The scan reached the end of the table and retired its last record:
-// SQLite hands that record's id out again, and the next record stored
-// gets it. The scan position must not stand past it, or only a full lap
-// would find it. (With a one-second window a full lap comes once a
-// minute, a lap every 100 ms.)
-func TestAReusedRecordIDIsNotSkipped(t *testing.T) {
-	s := openSweep(t, t.TempDir()+"/appview.db", defaultFeeds, SweepOptions{Retention: time.Second, TombstoneWindow: -1})
-	const secondUS = int64(time.Second / time.Microsecond)
-	apply(t, s, post("alice", "a1", 1), post("alice", "a2", 2))
-	cursorAt(t, s, secondUS+10)
-	settleRetention(t, s) // a full lap retires both; the table is empty
-	if n := querySQL[int](t, s, `SELECT count(*) FROM records`); n != 0 {
-		t.Fatalf("%d records left after the first lap, want none", n)
-	}
-	apply(t, s, post("alice", "b1", secondUS+20))
-	if id := querySQL[int](t, s, `SELECT id FROM records WHERE rkey = 'b1'`); id != 1 {
-		t.Fatalf("b1 has id %d; the test wants it to reuse id 1", id)
-	}
-	cursorAt(t, s, 2*secondUS+30) // b1 has aged; the next full lap is a minute away
-	settleRetention(t, s)
-	if n := querySQL[int](t, s, `SELECT count(*) FROM records WHERE rkey = 'b1'`); n != 0 {
-		t.Errorf("b1, past the window, was not retired by the lap after it aged")
 	}
 }
 

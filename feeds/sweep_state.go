@@ -15,7 +15,8 @@ type sweepState struct {
 	lastPassEndUS int64 // 0: never, a pass is due at once
 	lastPassLapUS int64
 	lastPassRows  int64
-	retainAfterID int64 // retention scan position: the last record id examined
+	retainAfterUS int64 // retention scan position (indexed_us, id)
+	retainAfterID int64
 	// retainFullDueUS is the stream time at which the next retention lap
 	// starts from the first record (0: at once).
 	retainFullDueUS int64
@@ -26,11 +27,11 @@ func loadSweepState(ctx context.Context, db *sql.DB) (sweepState, error) {
 	err := db.QueryRowContext(ctx, `
 		SELECT cursor_viewer, pass_started_us, pass_rows,
 			last_pass_end_us, last_pass_lap_us, last_pass_rows,
-			retain_after_id, retain_full_due_us
+			retain_after_us, retain_after_id, retain_full_due_us
 		FROM sweep_state WHERE id = 1`).Scan(
 		&st.cursorViewer, &st.passStartedUS, &st.passRows,
 		&st.lastPassEndUS, &st.lastPassLapUS, &st.lastPassRows,
-		&st.retainAfterID, &st.retainFullDueUS)
+		&st.retainAfterUS, &st.retainAfterID, &st.retainFullDueUS)
 	if err != nil {
 		return sweepState{}, fmt.Errorf("load sweep state: %w", err)
 	}
@@ -44,7 +45,7 @@ const saveSweepSQL = `UPDATE sweep_state SET
 	last_pass_end_us = ?4, last_pass_lap_us = ?5, last_pass_rows = ?6
 	WHERE id = 1`
 
-const saveRetainSQL = `UPDATE sweep_state SET retain_after_id = ?1, retain_full_due_us = ?2 WHERE id = 1`
+const saveRetainSQL = `UPDATE sweep_state SET retain_after_us = ?1, retain_after_id = ?2, retain_full_due_us = ?3 WHERE id = 1`
 
 func (w *txWriter) saveSweepState(st *sweepState) error {
 	_, err := w.exec(w.s.sweep.stmts.saveSweep,

@@ -16,7 +16,7 @@ var sweepSQL = struct {
 	grownCount, grownAgain, grownAddAuthor, grownAddViewer string
 	grownHasViewer                                         string
 	saveSweep, saveRetain                                  string
-	retainWindow, retainProbes, lastRecordID               string
+	retainWindow, retainProbes                             string
 	retainRecords, retainTombstones                        string
 	retainListing                                          string
 }{
@@ -70,13 +70,12 @@ var sweepSQL = struct {
 	saveSweep:  saveSweepSQL,
 	saveRetain: saveRetainSQL,
 
-	// retainWindow lists the next records past the scan position in id
-	// order, with their indexed times and authors: the window ends at the
-	// first still inside the retention window, or where its probes reach
-	// the budget.
-	retainWindow: `SELECT id, indexed_us, actor_id, collection_id, rev FROM records
-		WHERE id > ?1 ORDER BY id LIMIT ?2`,
-	lastRecordID: `SELECT coalesce(max(id), 0) FROM records`,
+	// retainWindow lists the candidates of a retention window: the next
+	// records past the scan position older than the cutoff, with their
+	// authors, so the window can end where its probes reach the budget.
+	retainWindow: `SELECT indexed_us, id, actor_id, collection_id FROM records
+		WHERE (indexed_us, id) > (?1, ?2) AND indexed_us < ?3
+		ORDER BY indexed_us, id LIMIT ?4`,
 	// retainProbes counts, up to a limit, the lanes retainRecords probes
 	// for one record of the author: a follower's lane per follow of the
 	// author in a follow collection that feeds the record's collection.
@@ -89,7 +88,7 @@ var sweepSQL = struct {
 	// each follower's lane with one primary-key seek: over a record's life
 	// it costs as many seeks as its fan-out wrote rows.
 	retainRecords: `DELETE FROM records
-		WHERE id > ?1 AND id <= ?2 AND indexed_us < ?3
+		WHERE (indexed_us, id) > (?1, ?2) AND (indexed_us, id) <= (?3, ?4) AND indexed_us < ?5
 		AND NOT EXISTS (
 			-- CROSS JOIN fixes the order lane → follower → feed row, so the
 			-- feed row is a full primary-key seek.
@@ -119,7 +118,7 @@ type sweepStatements struct {
 	grownCount, grownAgain, grownAddAuthor, grownAddViewer *sql.Stmt
 	grownHasViewer                                         *sql.Stmt
 	saveSweep, saveRetain                                  *sql.Stmt
-	retainWindow, retainProbes, lastRecordID               *sql.Stmt
+	retainWindow, retainProbes                             *sql.Stmt
 	retainRecords, retainTombstones                        *sql.Stmt
 	retainListing                                          *sql.Stmt
 }
@@ -145,7 +144,6 @@ func (s *Store) sweepStatements(ctx context.Context) (*sweepStatements, error) {
 		{&st.grownHasViewer, q.grownHasViewer},
 		{&st.saveSweep, q.saveSweep}, {&st.saveRetain, q.saveRetain},
 		{&st.retainWindow, q.retainWindow}, {&st.retainProbes, q.retainProbes},
-		{&st.lastRecordID, q.lastRecordID},
 		{&st.retainRecords, q.retainRecords},
 		{&st.retainTombstones, q.retainTombstones}, {&st.retainListing, q.retainListing},
 	} {
