@@ -37,7 +37,7 @@ func (s *Store) RecordGap(ctx context.Context, g Gap) (bool, error) {
 	return recorded, err
 }
 
-func (w *txWriter) recordGap(g Gap) (recorded bool, err error) {
+func (w *txWriter) recordGap(g Gap) (bool, error) {
 	var n int
 	if err := w.tx.QueryRowContext(w.ctx, `SELECT count(*) FROM gaps WHERE cursor_us = ?`, g.CursorUS).Scan(&n); err != nil {
 		return false, fmt.Errorf("check gaps: %w", err)
@@ -48,11 +48,6 @@ func (w *txWriter) recordGap(g Gap) (recorded bool, err error) {
 	if err := w.forgetAllProfiles(); err != nil {
 		return false, err
 	}
-	defer func() {
-		if err == nil {
-			err = w.newGapSince()
-		}
-	}()
 	for _, q := range []string{
 		`INSERT INTO gaps (detected_us, cursor_us, size_us) VALUES (?1, ?2, ?3)`,
 		`UPDATE viewers SET state = 'pending', attempts = 0, next_retry_us = 0 WHERE state = 'complete'`,
@@ -67,7 +62,7 @@ func (w *txWriter) recordGap(g Gap) (recorded bool, err error) {
 			return false, fmt.Errorf("record gap: %w", err)
 		}
 	}
-	return true, nil
+	return true, w.newGapSince()
 }
 
 // gapWatch tells the daemon of gaps, whether it recorded them or an

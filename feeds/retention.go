@@ -51,11 +51,14 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	if nowUS == 0 || (!sw.retainMore && !sw.tombstonesMore && nowUS < sw.retainNextUS) {
 		return nil
 	}
-	fullLap := !sw.retainMore && nowUS >= sw.state.retainFullDueUS
 	keepRecords, keepTombstones := sw.opts.Retention < 0, sw.opts.TombstoneWindow < 0
 	if keepRecords && keepTombstones {
 		return nil
 	}
+	// A tombstone backlog runs ticks of its own; the records wait for
+	// their lap.
+	recordsDue := !keepRecords && (sw.retainMore || nowUS >= sw.retainNextUS)
+	fullLap := recordsDue && !sw.retainMore && nowUS >= sw.state.retainFullDueUS
 	w, err := s.begin(ctx)
 	if err != nil {
 		return err
@@ -69,7 +72,7 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	}
 
 	var records int64
-	if !keepRecords {
+	if recordsDue {
 		cutoff := nowUS - sw.opts.Retention.Microseconds()
 		endUS, endID, full, n, err := w.retentionWindow(st.retainAfterUS, st.retainAfterID, cutoff, sw.probeBudget)
 		if err != nil {
