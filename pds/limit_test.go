@@ -31,3 +31,30 @@ func TestMaxRecordBytesMatchesJetstream(t *testing.T) {
 		t.Fatalf("stream keeps a record of pds.MaxRecordBytes+1: %v", err)
 	}
 }
+
+// TestMaxRecordDepthMatchesJetstream pins pds.MaxRecordDepth to the
+// Jetstream decoder's default: a record nested one level too deep is
+// dropped by the stream and refused in a listing, and one at the limit is
+// kept by both.
+func TestMaxRecordDepthMatchesJetstream(t *testing.T) {
+	const repo, coll, rkey = "did:plc:alice234567abcdefghijklm", "app.bsky.feed.post", "3kbbpidw2r7zx"
+	dec := jetstream.NewDecoder(jetstream.DecoderConfig{})
+	for _, depth := range []int{pds.MaxRecordDepth, pds.MaxRecordDepth + 1} {
+		// The record object is depth 1; each array inside adds one. A
+		// string holding brackets adds nothing.
+		inner := strings.Repeat("[", depth-1) + strings.Repeat("]", depth-1)
+		record := `{"$type":"` + coll + `","text":"[[[[{{{{\"","x":` + inner + `}`
+		cid := pdstest.FakeCID([]byte(record))
+		_, serr := dec.Decode([]byte(`{"did":"` + repo + `","time_us":1795975616983633,"kind":"commit",` +
+			`"commit":{"rev":"3ke6kg3wlch22","operation":"create","collection":"` + coll + `",` +
+			`"rkey":"` + rkey + `","cid":"` + cid + `","record":` + record + `}}`))
+		page, err := pds.DecodePageForTest([]byte(`{"records":[{"uri":"at://`+repo+`/`+coll+`/`+rkey+`","cid":"`+cid+`","value":`+record+`}]}`), repo, coll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streamKeeps, listingKeeps := serr == nil, len(page.Records) == 1
+		if streamKeeps != listingKeeps || streamKeeps != (depth <= pds.MaxRecordDepth) {
+			t.Errorf("depth %d: stream keeps %v (%v), listing keeps %v", depth, streamKeeps, serr, listingKeeps)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package pds
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,13 @@ const maxCursorBytes = 2048
 // it only the response body cap (MiBs) bounds a record, and a hostile PDS
 // could make every getFeed page carry megabytes of its records.
 const MaxRecordBytes = 64 << 10
+
+// MaxRecordDepth caps a record's JSON nesting depth (the record object
+// itself is depth 1). It mirrors the Jetstream decoder's default
+// (jetstream.DecoderConfig.MaxDepth, pinned by
+// TestMaxRecordDepthMatchesJetstream): a record the stream would drop as
+// too deep must not be storable through a listing or getRecord either.
+const MaxRecordDepth = 32
 
 // ErrCursorTooLong is a page whose cursor is over 2,048 bytes: the caller
 // ends its listing round with it instead of sending it back.
@@ -58,30 +66,32 @@ type rawRecord struct {
 // rest are counted as skipped, not read; the page's cursor already points
 // past them, so this listing never sees them, which is the misbehaving
 // PDS's loss.
+//
+// The records array is split by a byte scan, not unmarshalled: the records
+// past limit are counted without being kept, so a page costs about its
+// size in memory however many elements it holds. (Unmarshalling the array
+// kept a slice header and an allocation for every element: a 4 MiB body of
+// "0," elements took 255 MiB, TestDecodePageMemoryIsBoundedByLimit.)
 func decodePage(body []byte, repo syntax.DID, collection syntax.NSID, limit int) (Page, error) {
-	var out struct {
-		Records []json.RawMessage `json:"records"`
-		Cursor  *string           `json:"cursor"`
-	}
+	out := struct {
+		Records pageRecords `json:"records"`
+		Cursor  *string     `json:"cursor"`
+	}{Records: pageRecords{limit: limit}}
 	if err := json.Unmarshal(body, &out); err != nil {
 		return Page{}, fmt.Errorf("decode listRecords: %w", err)
 	}
-	if out.Records == nil {
+	if !out.Records.seen {
 		return Page{}, errors.New("decode listRecords: no records array")
 	}
-	var page Page
+	page := Page{Skipped: out.Records.skipped}
 	if out.Cursor != nil {
 		if len(*out.Cursor) > maxCursorBytes {
 			return Page{}, fmt.Errorf("decode listRecords: %w: %d bytes", ErrCursorTooLong, len(*out.Cursor))
 		}
 		page.Cursor = *out.Cursor
 	}
-	if len(out.Records) > limit {
-		page.Skipped = len(out.Records) - limit
-		out.Records = out.Records[:limit]
-	}
-	page.Records = make([]Record, 0, len(out.Records))
-	for _, raw := range out.Records {
+	page.Records = make([]Record, 0, len(out.Records.kept))
+	for _, raw := range out.Records.kept {
 		var rr rawRecord
 		if err := json.Unmarshal(raw, &rr); err != nil {
 			page.Skipped++
@@ -95,6 +105,67 @@ func decodePage(body []byte, repo syntax.DID, collection syntax.NSID, limit int)
 		page.Records = append(page.Records, rec)
 	}
 	return page, nil
+}
+
+// pageRecords is a listRecords answer's records array: its first limit
+// elements kept, the rest counted. A null is no array; an array named
+// twice counts as its last, as encoding/json has it for any member.
+type pageRecords struct {
+	limit   int
+	seen    bool
+	kept    []json.RawMessage
+	skipped int
+}
+
+// UnmarshalJSON is handed the array's bytes by json.Unmarshal, which has
+// checked the whole answer is valid JSON: so a scan that steps over
+// strings and counts nesting finds the elements.
+func (r *pageRecords) UnmarshalJSON(b []byte) error {
+	r.seen, r.kept, r.skipped = false, nil, 0
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if len(b) > 0 && b[0] == 'n' { // null
+		return nil
+	}
+	if len(b) == 0 || b[0] != '[' {
+		return errors.New("records is not an array")
+	}
+	r.seen = true
+	r.kept = []json.RawMessage{}
+	// From just inside the opening bracket: depth 1 is the array's own.
+	depth, from := 1, 1
+	element := func(end int) {
+		raw := bytes.TrimSpace(b[from:end])
+		switch {
+		case len(raw) == 0: // the inside of [], the only empty element valid JSON has
+		case len(r.kept) < r.limit:
+			r.kept = append(r.kept, bytes.Clone(raw))
+		default:
+			r.skipped++
+		}
+	}
+	for i := 1; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				element(i)
+				return nil
+			}
+		case ',':
+			if depth == 1 {
+				element(i)
+				from = i + 1
+			}
+		}
+	}
+	return errors.New("records array not closed")
 }
 
 // checkRecord validates a record against the (repo, collection[, rkey]) it
@@ -136,6 +207,9 @@ func checkRecord(rr rawRecord, repo syntax.DID, collection syntax.NSID, rkey syn
 	if !utf8.Valid(rr.Value) {
 		return Record{}, errors.New("value is not valid UTF-8")
 	}
+	if deeperThan(rr.Value, MaxRecordDepth) {
+		return Record{}, fmt.Errorf("value is nested deeper than %d", MaxRecordDepth)
+	}
 	// A map, not a struct: encoding/json matches struct fields without
 	// regard to case, and "$TYPE" is not "$type".
 	var fields map[string]json.RawMessage
@@ -150,4 +224,28 @@ func checkRecord(rr rawRecord, repo syntax.DID, collection syntax.NSID, rkey syn
 		return Record{}, fmt.Errorf("value $type %q is not %s", truncate(typ, 64), collection)
 	}
 	return Record{URI: uri, RKey: rk, CID: cid, Value: rr.Value}, nil
+}
+
+// deeperThan says whether the JSON value v nests objects and arrays deeper
+// than max. v must be valid JSON (it was decoded from the answer), so a
+// byte scan that steps over strings is enough.
+func deeperThan(v []byte, max int) bool {
+	depth := 0
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case '"':
+			for i++; i < len(v) && v[i] != '"'; i++ {
+				if v[i] == '\\' {
+					i++
+				}
+			}
+		case '{', '[':
+			if depth++; depth > max {
+				return true
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return false
 }

@@ -43,6 +43,9 @@ func FuzzDecodePage(f *testing.F) {
 			}
 			return
 		}
+		if !json.Valid(body) {
+			t.Fatalf("a page that is not valid JSON was accepted: %q", body)
+		}
 		if len(page.Cursor) > maxCursorBytes || page.Skipped < 0 || len(page.Records) > MaxLimit {
 			t.Fatalf("bad page %+v", page)
 		}

@@ -3,6 +3,7 @@ package pds
 import (
 	"errors"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -180,5 +181,53 @@ func TestDecodePageRecordSizeCap(t *testing.T) {
 	}
 	if strings.Join(kept, " ") != "3kaaaaaaaab22 3kaaaaaaaac22 3kaaaaaaaaf22" || page.Skipped != 2 {
 		t.Fatalf("kept %v, skipped %d; want b, c, f kept and 2 skipped", kept, page.Skipped)
+	}
+}
+
+// TestDecodePageMemoryIsBoundedByLimit: a hostile PDS fills a 4 MiB answer
+// with two-byte elements (about 2M of them). The records past the limit
+// are counted, not kept, so the page costs about its own size in memory,
+// not 30 times it (255 MiB before it was read token by token).
+func TestDecodePageMemoryIsBoundedByLimit(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"records":[`)
+	for b.Len() < defaultMaxBodyBytes-16 {
+		b.WriteString(`0,`)
+	}
+	b.WriteString(`0],"cursor":"next"}`)
+	body := []byte(b.String())
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	page, err := decodePage(body, alice, posts, MaxLimit)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elements := strings.Count(string(body), "0")
+	if len(page.Records) != 0 || page.Skipped != elements || page.Cursor != "next" {
+		t.Fatalf("page: %d records, %d skipped (want about %d), cursor %q", len(page.Records), page.Skipped, elements, page.Cursor)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 3*uint64(len(body)) {
+		t.Errorf("decoding a %d-byte page allocated %d bytes", len(body), alloc)
+	}
+}
+
+// TestDecodePageTakesTheLastOfARepeatedMember: a member named twice counts
+// as its last, as encoding/json decides it, and members the page does not
+// use are stepped over whatever they hold.
+func TestDecodePageTakesTheLastOfARepeatedMember(t *testing.T) {
+	first := rec(alice, posts, "3kaaaaaaaab22", post("first"))
+	last := rec(alice, posts, "3kaaaaaaaac22", post("last"))
+	page, err := decodePage([]byte(`{"cursor":"a","records":[`+first+`],"x":{"records":[1,2]},"records":[`+last+`],"cursor":"b"}`), alice, posts, MaxLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Records) != 1 || page.Records[0].RKey != "3kaaaaaaaac22" || page.Cursor != "b" || page.Skipped != 0 {
+		t.Fatalf("got %+v", page)
+	}
+	page, err = decodePage([]byte(`{"records":[`+first+`],"cursor":"a","cursor":null}`), alice, posts, MaxLimit)
+	if err != nil || page.Cursor != "" {
+		t.Fatalf("a null cursor after a string one: %+v %v", page, err)
 	}
 }
