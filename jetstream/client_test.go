@@ -3,11 +3,14 @@ package jetstream
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -703,3 +706,66 @@ func TestClientRewindOutlivesASessionThatDeliveredNothing(t *testing.T) {
 			srv.dials()[1].Get("cursor"), srv.dials()[2].Get("cursor"))
 	}
 }
+
+// A Restart while the client is dialing, after it read the old resume
+// position: the id Restart returns is above the dialing session's, or that
+// session ends before it reads, so the caller keeps no event read from the
+// old position. (Before, Restart returned the dialing session's own id,
+// and the events it read before the restart closed it were kept: found by
+// a review.)
+func TestRestartDuringDialKeepsNoOldEvent(t *testing.T) {
+	const oldUS, newUS int64 = 1795975616000000, 1795975000000000
+	l := newReplayLog(oldUS, 50)
+	srv := newFakeServerQ(t, func(_ int, q url.Values, conn *websocket.Conn) {
+		cursor, _ := strconv.ParseInt(q.Get("cursor"), 10, 64)
+		if cursor >= oldUS-10_000_000 { // a session from the old position
+			send(conn, l.frames...)
+		}
+		holdOpen(conn)
+	})
+	dialing, release := make(chan struct{}), make(chan struct{})
+	var dials atomic.Int32
+	d := &websocket.Dialer{
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if dials.Add(1) == 1 {
+				close(dialing)
+				<-release
+			}
+			var nd net.Dialer
+			return nd.DialContext(ctx, network, addr)
+		},
+	}
+	var pos atomic.Int64
+	pos.Store(oldUS)
+	h := startClient(t, Config{URLs: []string{srv.url}, Dialer: d, Rewind: time.Second},
+		func() Position { return Position{TimeUS: pos.Load()} }, 1000)
+	<-dialing
+	pos.Store(newUS) // the caller adopts an operator's reset meanwhile
+	minSession := h.client.Restart()
+	close(release)
+
+	// The first session has returned once the second dial arrives, and
+	// everything it handed over is in out by then.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(srv.dials()) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second dial: %v", srv.dials())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := srv.dials()[1].Get("cursor"); got != strconv.FormatInt(newUS-time.Second.Microseconds(), 10) {
+		t.Errorf("second dial at cursor %s, want the reset position less the rewind", got)
+	}
+	for {
+		select {
+		case ev := <-h.out:
+			if ev.Session >= minSession {
+				t.Fatalf("event at %d from the old position carries session %d, not below Restart's %d", ev.TimeUS, ev.Session, minSession)
+			}
+			continue
+		default:
+		}
+		break
+	}
+}
+

@@ -33,6 +33,14 @@ type fakeServer struct {
 
 func newFakeServer(t *testing.T, script func(n int, conn *websocket.Conn)) *fakeServer {
 	t.Helper()
+	return newFakeServerQ(t, func(n int, _ url.Values, conn *websocket.Conn) { script(n, conn) })
+}
+
+// newFakeServerQ is newFakeServer whose script also gets the dial's own
+// query: where dials overlap, n (the order of upgrades) and the order of
+// dials() may differ.
+func newFakeServerQ(t *testing.T, script func(n int, q url.Values, conn *websocket.Conn)) *fakeServer {
+	t.Helper()
 	s := &fakeServer{}
 	up := websocket.Upgrader{EnableCompression: true}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -54,7 +62,7 @@ func newFakeServer(t *testing.T, script func(n int, conn *websocket.Conn)) *fake
 		n := s.accepted
 		s.accepted++
 		s.mu.Unlock()
-		script(n, conn)
+		script(n, r.URL.Query(), conn)
 	}))
 	t.Cleanup(s.srv.Close)
 	s.url = "ws" + strings.TrimPrefix(s.srv.URL, "http") + "/subscribe"

@@ -75,6 +75,20 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 		}
 		return res, fmt.Errorf("dial: %w", err)
 	}
+	// The id first, then the generation: a Restart that came after the
+	// generation this session was dialed for (its resume position read
+	// with it) either returned an id above this one or finds the session
+	// ended here, before it reads; so the caller never keeps an event read
+	// from the old position (TestRestartDuringDialKeepsNoOldEvent).
+	id := c.sessionID.Add(1)
+	if c.generation() != gen {
+		_ = conn.Close()
+		select {
+		case <-c.restart: // the signal this check already answered
+		default:
+		}
+		return res, errRestart
+	}
 	c.logger.Info("connected", "host", host, "cursor", cursor)
 	report := SessionReport{Host: host, Connected: time.Now(), StartCursor: cursor}
 	var endErr error
@@ -94,7 +108,6 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 	// Closing the conn is the only way to interrupt a blocked read.
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	defer stop()
-	id := c.sessionID.Add(1)
 	restarted := make(chan struct{})
 	sessionDone := make(chan struct{})
 	defer close(sessionDone)
