@@ -769,3 +769,26 @@ func TestRestartDuringDialKeepsNoOldEvent(t *testing.T) {
 	}
 }
 
+// A session's report counts a dropped frame as dropped, not also as
+// delivered, though its position is handed over as a skipped event (the
+// daemon stores the report as a sync run's written and skipped counts).
+func TestSessionReportCountsADroppedFrameOnce(t *testing.T) {
+	bad := strings.Replace(postFrame, `"operation":"update"`, `"operation":"bogus"`, 1)
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if n == 0 {
+			send(conn, postFrame, bad, bad)
+		}
+		holdOpen(conn)
+	})
+	reports := make(chan SessionReport, 10)
+	h := startClient(t, Config{URLs: []string{srv.url}, OnSessionEnd: func(r SessionReport) { reports <- r }}, fixed(Position{}), 10)
+	kinds := []Kind{h.next(t).Kind, h.next(t).Kind, h.next(t).Kind}
+	if kinds[0] != KindCommit || kinds[1] != KindSkipped || kinds[2] != KindSkipped {
+		t.Fatalf("handed over %v, want a commit and two skipped", kinds)
+	}
+	h.cancel()
+	r := <-reports
+	if r.Delivered != 1 || r.Dropped != 2 {
+		t.Fatalf("report: delivered %d, dropped %d; want 1 and 2", r.Delivered, r.Dropped)
+	}
+}

@@ -191,7 +191,9 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 				res.minUS = ev.TimeUS
 			}
 			res.maxUS = max(res.maxUS, ev.TimeUS)
-			report.Delivered = res.delivered
+			if ev.Kind != KindSkipped {
+				report.Delivered++
+			}
 			report.EndTimeUS = max(report.EndTimeUS, ev.TimeUS)
 			c.handedOver(&ev, gen)
 		case <-ctx.Done():
