@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -386,5 +387,56 @@ func TestStoppingWaitsForRunningFirstReadsToRelease(t *testing.T) {
 	}
 	if st.ClaimOwner != "" {
 		t.Errorf("after the service stopped the viewer is still claimed by %s until %v", st.ClaimOwner, st.ClaimUntil)
+	}
+}
+
+// A first read cut off by its run timeout leaves the followee listings it
+// had not finished as they were: no attempt counted, no retry delay. They
+// stay due for the retry loop. (Before, each was
+// charged a failed attempt as if its PDS had failed, the ones that never
+// got a request slot included, and six such gave the account up; found by
+// a review.)
+func TestRunTimeoutChargesNoFolloweeListing(t *testing.T) {
+	w := newWorld(t, Config{RunTimeout: time.Second, FirstReadWait: 5 * time.Second, Concurrency: 4, PerHost: 4})
+	viewer := w.account("viewer")
+	var accounts []syntax.DID
+	for i := range 12 {
+		a := w.account(fmt.Sprint("acct", i))
+		accounts = append(accounts, a)
+		w.follow(viewer, a, i)
+		w.post(a, 100+i)
+		w.pds.Fail(a, postNSID, pdstest.FaultDelayed) // answers after pdstest.Delay
+	}
+	if err := w.svc.Ensure(context.Background(), viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	due, err := w.store.DueListings(context.Background(), w.clock, w.svc.cfg.MaxAttempts, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unfinished, asked := 0, 0
+	for _, a := range accounts {
+		st, err := w.store.ReadListing(context.Background(), a, postNSID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Complete {
+			continue
+		}
+		unfinished++
+		if st.Attempts != 0 || st.LastError != "" {
+			t.Errorf("%s (asked %d times): attempts %d, last error %q; want none counted", a, w.pds.Requests(a, postNSID), st.Attempts, st.LastError)
+		}
+		if w.pds.Requests(a, postNSID) > 0 {
+			// A fetch under way when the run ended may have been shared
+			// with a first read that completed without it.
+			asked++
+			if !slices.Contains(due, feeds.ListingKey{Account: a, Collection: postNSID}) {
+				t.Errorf("%s was being fetched when the run ended, and is not due for the retry loop", a)
+			}
+		}
+	}
+	if unfinished == 0 || asked == 0 {
+		t.Fatalf("%d listings unfinished, %d of them asked: the test proves nothing", unfinished, asked)
 	}
 }

@@ -46,7 +46,7 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 			run.Outcome = "gone"
 		}
 	}
-	if errors.Is(err, context.Canceled) {
+	if ourContextEnded(ctx, err) {
 		return err
 	}
 	if rerr := s.store.RecordSyncRun(context.WithoutCancel(ctx), run); rerr != nil {
@@ -287,30 +287,46 @@ func (s *Service) fetchPage(ctx context.Context, host string, account syntax.DID
 }
 
 // fail records a failed attempt on the listing, with its retry time, and
-// returns err.
+// returns err. A listing ended by the caller's context ending is not the
+// PDS's failure: it counts no attempt and is left due at once, so the
+// retry loop takes it up (a first read sharing this fetch may have
+// completed without it).
 func (s *Service) fail(ctx context.Context, account syntax.DID, coll syntax.NSID, st feeds.Listing, err error, gone bool) error {
-	if errors.Is(err, context.Canceled) {
-		return err
+	if ourContextEnded(ctx, err) {
+		st.NextRetry = s.cfg.Now()
+	} else {
+		// A host's rate limit says nothing about the account: it costs
+		// the listing no attempt, only the wait the host asked for.
+		if pds.KindOf(err) != pds.KindRateLimited {
+			st.Attempts++
+		}
+		st.LastError = err.Error()
+		st.Gone = gone
+		wait := s.retryAfter(st.Attempts)
+		var pe *pds.Error
+		if errors.As(err, &pe) && pe.RetryAfter > 0 && (pe.RetryAfter > wait || pe.Kind == pds.KindRateLimited) {
+			// A rate limit's Retry-After is the host's word on when to
+			// come back, shorter than our backoff or not.
+			wait = pe.RetryAfter
+		}
+		st.NextRetry = s.cfg.Now().Add(wait)
 	}
-	// A host's rate limit says nothing about the account: it costs the
-	// listing no attempt, only the wait the host asked for.
-	if pds.KindOf(err) != pds.KindRateLimited {
-		st.Attempts++
-	}
-	st.LastError = err.Error()
-	st.Gone = gone
-	wait := s.retryAfter(st.Attempts)
-	var pe *pds.Error
-	if errors.As(err, &pe) && pe.RetryAfter > 0 && (pe.RetryAfter > wait || pe.Kind == pds.KindRateLimited) {
-		// A rate limit's Retry-After is the host's word on when to come
-		// back, shorter than our backoff or not.
-		wait = pe.RetryAfter
-	}
-	st.NextRetry = s.cfg.Now().Add(wait)
 	if ferr := s.store.FailListing(context.WithoutCancel(ctx), account, coll, st, s.cfg.Now()); ferr != nil {
 		s.log.Error("record failed listing", "err", ferr)
 	}
 	return err
+}
+
+// ourContextEnded says whether err ended a listing because the caller's
+// context did (a shutdown, a client gone, a first read's run timeout), not
+// because of anything the PDS did: such a listing counts no attempt and
+// records no run. A first read cut off by its run timeout would otherwise
+// charge a failed attempt, and a retry delay, to every followee listing
+// still waiting for a request slot; six such and the account was given
+// up on. A PDS that is slow to answer still
+// fails by the request's own timeout (pds.KindTimeout), which counts.
+func ourContextEnded(ctx context.Context, err error) bool {
+	return errors.Is(err, context.Canceled) || ctx.Err() != nil
 }
 
 // parseRecord reads what the store needs from a listed record: the
