@@ -19,6 +19,17 @@ import (
 // lists both again, and what the PDSes no longer have leaves the store
 // and the feed; a rebuild that only added would show them for good.
 func TestAGapRebuildDropsWhatWasDeletedDuringIt(t *testing.T) {
+	// Ten minutes: the viewer's last read is recent enough for this
+	// process to remember it complete, which the gap must undo (a review
+	// found it answered from memory, unrebuilt, for up to an hour).
+	for _, readBefore := range []time.Duration{time.Hour, 10 * time.Minute} {
+		t.Run(fmt.Sprint("read ", readBefore, " before"), func(t *testing.T) {
+			gapRebuildDropsWhatWasDeletedDuringIt(t, readBefore)
+		})
+	}
+}
+
+func gapRebuildDropsWhatWasDeletedDuringIt(t *testing.T, readBefore time.Duration) {
 	w := newWorld(t, Config{})
 	viewer, alice, bob := w.account("viewer"), w.account("alice"), w.account("bob")
 	w.follow(viewer, alice, 1)
@@ -36,7 +47,7 @@ func TestAGapRebuildDropsWhatWasDeletedDuringIt(t *testing.T) {
 
 	w.pds.DeleteRecord(viewer, followNSID, unfollow)
 	w.pds.DeleteRecord(alice, postNSID, gone)
-	w.advance(time.Hour)
+	w.advance(readBefore)
 	if _, err := w.store.RecordGap(ctx, feeds.Gap{Detected: w.clock, CursorUS: 1, Size: 48 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}

@@ -186,6 +186,10 @@ func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, 
 	for _, f := range fs {
 		s.feeds[f.Name] = f
 	}
+	// A gap marks every complete viewer for a rebuild at its next read;
+	// this process's memory of them would answer that read for up to an
+	// hour without one.
+	store.OnGap(s.forgetComplete)
 	return s
 }
 

@@ -71,19 +71,21 @@ func (w *txWriter) recordGap(g Gap) (bool, error) {
 type gapWatch struct {
 	mu     sync.Mutex
 	lastID int64
-	hook   func()
+	hooks  []func()
 }
 
-// OnGap sets f to run after a commit that recorded a gap, or adopted an
-// operator's reset that recorded one: the identity events in a gap are
-// lost, so caches of identities must be emptied (Directory.PurgeAll). It
-// runs before profile fetches begun earlier are counted as raced
-// (identities.go), so a fetch that starts after that resolves afresh. It
-// runs under the store's write lock: it must not call into the store.
+// OnGap adds f to what runs after a commit that recorded a gap, or adopted
+// an operator's reset that recorded one. What the gap lost, a cache must
+// not answer from: the identity events that would have purged cached
+// identities one by one (Directory.PurgeAll), and the rebuild every viewer
+// is due (the backfill's memory of complete viewers). The hooks run in the
+// order added, before profile fetches begun earlier are counted as raced
+// (identities.go), so a fetch that starts after that resolves afresh. They
+// run under the store's write lock: they must not call into the store.
 func (s *Store) OnGap(f func()) {
 	s.gaps.mu.Lock()
 	defer s.gaps.mu.Unlock()
-	s.gaps.hook = f
+	s.gaps.hooks = append(s.gaps.hooks, f)
 }
 
 // newGapSince reads whether the gaps table holds a gap newer than the
@@ -109,9 +111,9 @@ func (s *Store) gapCommitted(id int64) {
 		return
 	}
 	s.gaps.lastID = id
-	hook := s.gaps.hook
+	hooks := s.gaps.hooks
 	s.gaps.mu.Unlock()
-	if hook != nil {
+	for _, hook := range hooks {
 		hook()
 	}
 	s.identities.forgetAll()
