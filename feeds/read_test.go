@@ -149,3 +149,40 @@ func TestFanoutStatementsUseIndexes(t *testing.T) {
 		}
 	}
 }
+
+// Between the reads of a page's keys and of its records, carol's post is
+// deleted and dave, whom alice does not follow, posts with carol's sort
+// key (createdAt is his to choose); the new record gets the freed id. The
+// page showed dave's post under carol's key (found by a review), from the
+// cache and from the file alike. It shows the newer state now: carol's
+// post gone, and nothing in its place.
+func TestPageNeverShowsARecordUnderAReusedID(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cached=%v", cached), func(t *testing.T) {
+			s := MustOpen(t, defaultFeeds)
+			apply(t, s, follow("alice", "carol", "f1", 1), follow("bob", "dave", "f2", 2),
+				post("carol", "old", 10), post("carol", "new", 11))
+			if cached {
+				firstPage(t, s, "alice")
+			}
+			wrote := false
+			s.afterPageKeys = func() {
+				s.afterPageKeys = nil
+				other := post("dave", "other", 21)
+				other.CreatedAtUS = 11 // carol's "new" post's sort key
+				apply(t, s, unpost("carol", "new", 20), other)
+				wrote = true
+			}
+			p, err := s.ReadFeed(context.Background(), PageQuery{Feed: "following", Viewer: did("alice"), Collection: postNSID, Limit: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !wrote {
+				t.Fatal("the writes between the reads did not run")
+			}
+			if len(p.Items) != 0 || p.Next == nil {
+				t.Fatalf("page = %+v, next %v; want no item, and the page after it", p.Items, p.Next)
+			}
+		})
+	}
+}
