@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unicode/utf8"
 )
 
 // readPageSQL reads the keys of one page straight off the feed_items
@@ -208,15 +209,18 @@ func (s *Store) readMissing(ctx context.Context, src pageRecords, collection str
 			return fmt.Errorf("read feed record: %w", err)
 		}
 		r.uri = "at://" + r.did + "/" + collection + "/" + r.rkey
-		if !json.Valid(r.value) {
-			// Records are valid JSON when they come in (the stream's
-			// decoder and the listings check them); one that is not
-			// here was damaged at rest. It must not take the page down
-			// with it: it has no item, like a record deleted meanwhile.
+		if !json.Valid(r.value) || !utf8.Valid(r.value) {
+			// Records are valid JSON in UTF-8 when they come in (the
+			// stream's decoder and the listings check them); one that
+			// is not here was damaged at rest, or stored by a version
+			// that let invalid UTF-8 inside strings through, as
+			// json.Valid does. It must not take the page down with it,
+			// nor make the answer invalid JSON (RFC 8259 8.1): it has
+			// no item, like a record deleted meanwhile.
 			// Checked here, once per read from the file, and not on
 			// every page that shows it from the cache: it was a sixth
 			// of getFeed's CPU time (docs/benchmarks.md).
-			s.log.Warn("skip stored record with invalid JSON", "uri", r.uri)
+			s.log.Warn("skip stored record with invalid JSON or UTF-8", "uri", r.uri)
 			continue
 		}
 		for _, i := range at[r.id] {

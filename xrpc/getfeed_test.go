@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/atfeeds/appview/feeds"
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -154,11 +155,22 @@ func TestGetFeedCollection(t *testing.T) {
 	}
 }
 
-// A record whose stored body is not valid JSON (damaged at rest: every
-// way in checks it) is left out of the page, and the rest of the page is
-// served as valid JSON. The store checks it when it reads the record from
-// the file (feeds.Item.Value), so the handler embeds values unchecked.
+// A record whose stored body is not valid JSON, or not UTF-8 (damaged at
+// rest, or stored by a version whose listings let invalid UTF-8 through:
+// every way in checks both now), is left out of the page, and the rest of
+// the page is served as valid JSON in UTF-8. The store checks it when it
+// reads the record from the file (feeds.Item.Value), so the handler embeds
+// values unchecked.
 func TestGetFeedSkipsARecordDamagedAtRest(t *testing.T) {
+	for name, damage := range map[string]string{
+		"cut short": `'{"text":'`,
+		"not UTF-8": `CAST(X'7B2274657874223A2261FF62227D' AS TEXT)`, // {"text":"a\xffb"}
+	} {
+		t.Run(name, func(t *testing.T) { getFeedSkipsARecordDamagedAtRest(t, damage) })
+	}
+}
+
+func getFeedSkipsARecordDamagedAtRest(t *testing.T, damage string) {
 	ctx := context.Background()
 	path := t.TempDir() + "/appview.db"
 	s, err := feeds.Open(ctx, feeds.Options{
@@ -188,7 +200,7 @@ func TestGetFeedSkipsARecordDamagedAtRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := db.Exec(`UPDATE records SET body = '{"text":' WHERE rkey = '3laaaaaaaaaa2'`); err != nil {
+	if _, err := db.Exec(`UPDATE records SET body = ` + damage + ` WHERE rkey = '3laaaaaaaaaa2'`); err != nil {
 		t.Fatal(err)
 	}
 
@@ -202,8 +214,8 @@ func TestGetFeedSkipsARecordDamagedAtRest(t *testing.T) {
 			RKey string `json:"rkey"`
 		} `json:"records"`
 	}
-	if err := json.Unmarshal(res.Body, &out); err != nil {
-		t.Fatalf("the page is not valid JSON: %v\n%s", err, res.Body)
+	if err := json.Unmarshal(res.Body, &out); err != nil || !utf8.Valid(res.Body) {
+		t.Fatalf("the page is not valid JSON in UTF-8: %v\n%q", err, res.Body)
 	}
 	if len(out.Records) != 1 || out.Records[0].RKey != "3lbbbbbbbbbb2" {
 		t.Errorf("records %+v, want only the undamaged 3lbbbbbbbbbb2", out.Records)
