@@ -150,7 +150,7 @@ func (s *Service) start(key viewerKey, slot *queueSlot) (*firstRead, error) {
 	}
 	if s.stopping {
 		// Run is waiting for the runs to end: no new one joins them.
-		return nil, errStopping
+		return nil, ErrStopping
 	}
 	if slot == nil {
 		var err error

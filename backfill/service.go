@@ -156,8 +156,8 @@ type accountKey struct {
 // stops.
 const firstReadStopWait = 10 * time.Second
 
-// errStopping refuses a first read asked for while the service stops.
-var errStopping = errors.New("first reads: the service is stopping")
+// ErrStopping refuses a first read asked for while the service stops.
+var ErrStopping = errors.New("first reads: the service is stopping")
 
 // New builds a Service; call Run to start its background workers.
 func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, fs []Feed, log *slog.Logger, m *Metrics) *Service {

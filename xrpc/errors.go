@@ -37,6 +37,30 @@ var errInternal = &Error{
 	Message: "internal server error",
 }
 
+// errRequestEnded answers a request whose context ended before it was
+// answered: the client went away (or gave up waiting for its first read),
+// or the server is shutting down. Nobody reads the answer; the status,
+// nginx's "client closed request", keeps such requests out of the 5xx
+// counts that alerts watch, and they are logged at debug level only.
+var errRequestEnded = &Error{
+	Status:  499,
+	Name:    "RequestCanceled",
+	Message: "the request ended before it was answered",
+}
+
+// failed is a handler's answer to err, a failure of its own: a 500, logged,
+// unless the request itself ended first, which is likely what err is
+// about (errRequestEnded).
+func (s *Server) failed(c echo.Context, what string, err error, attrs ...any) *Error {
+	attrs = append(attrs, "err", err)
+	if c.Request().Context().Err() != nil {
+		s.logger.Debug(what+": the request ended", attrs...)
+		return errRequestEnded
+	}
+	s.logger.Error(what, attrs...)
+	return errInternal
+}
+
 // envelope is the XRPC error body.
 type envelope struct {
 	Error   string `json:"error"`
@@ -67,7 +91,7 @@ func (s *Server) toXRPC(err error, c echo.Context) *Error {
 		case http.StatusNotImplemented, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 			return xe
 		}
-		if xe.Status >= 500 && xe != errInternal {
+		if xe.Status >= 500 && xe != errInternal && c.Request().Context().Err() == nil {
 			s.logger.Error("request failed", "path", c.Request().URL.Path, "status", xe.Status, "err", err)
 		}
 		return xe
@@ -89,8 +113,7 @@ func (s *Server) toXRPC(err error, c echo.Context) *Error {
 			return &Error{Status: he.Code, Name: "InvalidRequest", Message: msg}
 		}
 	}
-	s.logger.Error("request failed", "path", c.Request().URL.Path, "err", err)
-	return errInternal
+	return s.failed(c, "request failed", err, "path", c.Request().URL.Path)
 }
 
 // recoverPanics turns a panic in a handler into a logged 500, so a client

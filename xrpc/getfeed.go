@@ -257,8 +257,7 @@ func (s *Server) getFeed(c echo.Context) error {
 		return invalidRequest("filter is not declared for this collection")
 	}
 	if err != nil {
-		s.logger.Error("read feed", "feed", p.Scope.Feed, "collection", p.Scope.Collection, "err", err)
-		return errInternal
+		return s.failed(c, "read feed", err, "feed", p.Scope.Feed, "collection", p.Scope.Collection)
 	}
 
 	resp := feedResponse{Records: make([]feedRecord, 0, len(page.Items))}
@@ -279,8 +278,7 @@ func (s *Server) getFeed(c echo.Context) error {
 	if p.Profiles {
 		views, err := s.hydrate(c.Request().Context(), resp.Records)
 		if err != nil {
-			s.logger.Error("hydrate profiles", "err", err)
-			return errInternal
+			return s.failed(c, "hydrate profiles", err)
 		}
 		resp.Profiles = &views
 	}
@@ -295,12 +293,16 @@ func (s *Server) getFeed(c echo.Context) error {
 
 // firstReadError answers a first read refused for load with 429 (this
 // client asks for too many new viewers) or 503 (the daemon is saturated),
-// both with Retry-After; anything else is our own failure.
+// both with Retry-After, and one refused because the daemon is stopping
+// with 503; anything else is our own failure.
 func (s *Server) firstReadError(c echo.Context, err error) error {
+	if errors.Is(err, backfill.ErrStopping) {
+		c.Response().Header().Set("Retry-After", "5")
+		return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: "the server is stopping; retry later"}
+	}
 	var rej *backfill.RejectedError
 	if !errors.As(err, &rej) {
-		s.logger.Error("first read", "err", err)
-		return errInternal
+		return s.failed(c, "first read", err)
 	}
 	c.Response().Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(rej.RetryAfter.Seconds()))))
 	if errors.Is(err, backfill.ErrRateLimited) {
