@@ -46,6 +46,14 @@ func FuzzDecodePage(f *testing.F) {
 		if !json.Valid(body) {
 			t.Fatalf("a page that is not valid JSON was accepted: %q", body)
 		}
+		// The byte scan that splits the records array agrees with
+		// encoding/json on how many elements it holds.
+		var ref struct {
+			Records []json.RawMessage `json:"records"`
+		}
+		if json.Unmarshal(body, &ref) == nil && len(page.Records)+page.Skipped != len(ref.Records) {
+			t.Fatalf("%d records + %d skipped, encoding/json finds %d elements: %q", len(page.Records), page.Skipped, len(ref.Records), body)
+		}
 		if len(page.Cursor) > maxCursorBytes || page.Skipped < 0 || len(page.Records) > MaxLimit {
 			t.Fatalf("bad page %+v", page)
 		}
