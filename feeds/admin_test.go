@@ -262,3 +262,49 @@ func TestAResetThatSkipsStreamTimeRecordsAGap(t *testing.T) {
 		t.Error("alice is still complete after a reset skipped stream time")
 	}
 }
+
+// A feed whose follow collection changes keeps its lane, but the lane's
+// rows came from the old follow graph, which nothing reads any more:
+// retention looked for their holders through the new graph only and
+// retired records the rows still named (found by a review). The rows go
+// when the store opens with the change, and the feed's viewers are
+// rebuilt from the new graph on their next reads.
+func TestAFeedThatFollowsAnotherCollectionIsRebuilt(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	ctx := context.Background()
+	s := mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds})
+	now := time.Unix(1_000, 0)
+	s.RegisterViewer(ctx, did("v"), "following", now)
+	s.ClaimFirstRead(ctx, did("v"), "following", "me", now, time.Minute)
+	s.CompleteFirstRead(ctx, did("v"), "following", "me", now)
+	apply(t, s, follow("v", "alice", "f", 1), post("alice", "held", 2))
+	if got := feedRKeys(t, s, "following", "v", postNSID); len(got) != 1 {
+		t.Fatalf("feed before the change = %v", got)
+	}
+	s.Close()
+
+	changed := []Feed{{Name: "following", FollowCollection: "com.example.follow", MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 200}}}}
+	s = mustOpenWith(t, Options{Path: path, Feeds: changed})
+	if n := querySQL[int](t, s, `SELECT count(*) FROM feed_items`); n != 0 {
+		t.Errorf("%d feed rows from the old follow graph kept", n)
+	}
+	if st, _ := s.RegisterViewer(ctx, did("v"), "following", now); st.Complete {
+		t.Error("the feed's viewer is still complete: its feed would stay empty")
+	}
+	s.Close()
+
+	// An unchanged config keeps the rows it has.
+	s = mustOpenWith(t, Options{Path: path, Feeds: changed})
+	other := follow("v", "bob", "g", 3)
+	other.Collection = "com.example.follow"
+	apply(t, s, other, post("bob", "new", 4))
+	if n := querySQL[int](t, s, `SELECT count(*) FROM feed_items`); n != 1 {
+		t.Fatalf("a follow in the new collection fanned out %d rows, want 1", n)
+	}
+	s.Close()
+	s = mustOpenWith(t, Options{Path: path, Feeds: changed})
+	if n := querySQL[int](t, s, `SELECT count(*) FROM feed_items`); n != 1 {
+		t.Errorf("reopened with the same config: %d feed rows, want 1", n)
+	}
+}

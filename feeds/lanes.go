@@ -16,7 +16,9 @@ import (
 // deleted in one large statement at start.
 //
 // A lane new to its feed, or enabled again, has no backlog in the feed:
-// the feed's viewers are marked for a rebuild (rebuildViewersOf). That
+// the feed's viewers are marked for a rebuild (rebuildViewersOf). So has a
+// lane whose feed now follows another collection, whose rows are removed
+// first (clearLane). That
 // holds even where the collection was already stored for another feed, so
 // the stream's scope did not change (CheckScope).
 //
@@ -35,19 +37,22 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 		return err
 	}
 	enabled := map[laneKey]bool{}
+	followedBy := map[laneKey]int64{} // each stored lane's follow collection
 	rows, err := tx.QueryContext(ctx, `
-		SELECT t.feed, c.nsid FROM feed_targets t JOIN collections c ON c.id = t.collection_id
-		WHERE t.enabled = 1`)
+		SELECT t.feed, c.nsid, t.enabled, t.follow_collection_id
+		FROM feed_targets t JOIN collections c ON c.id = t.collection_id`)
 	if err != nil {
 		return fmt.Errorf("read lanes: %w", err)
 	}
 	for rows.Next() {
 		var k laneKey
-		if err := rows.Scan(&k.feed, &k.collection); err != nil {
+		var on bool
+		var follow int64
+		if err := rows.Scan(&k.feed, &k.collection, &on, &follow); err != nil {
 			rows.Close()
 			return fmt.Errorf("read lanes: %w", err)
 		}
-		enabled[k] = true
+		enabled[k], followedBy[k] = on, follow
 	}
 	if err := rows.Close(); err != nil {
 		return fmt.Errorf("read lanes: %w", err)
@@ -55,7 +60,8 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE feed_targets SET enabled = 0`); err != nil {
 		return err
 	}
-	var gained []string // feeds with a lane new or enabled again
+	var gained []string   // feeds with a lane new or enabled again
+	var refollowed []lane // lanes whose follow collection changed
 	for _, f := range feeds {
 		followID, err := internCollection(ctx, tx, f.FollowCollection)
 		if err != nil {
@@ -82,15 +88,21 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 			if err != nil {
 				return fmt.Errorf("feed %q target %s: %w", f.Name, t.Collection, err)
 			}
-			if !enabled[laneKey{f.Name, t.Collection}] && !slices.Contains(gained, f.Name) {
-				gained = append(gained, f.Name)
-			}
-			s.lanes = append(s.lanes, lane{
+			l := lane{
 				id: id, feed: f.Name,
 				collection: t.Collection, collectionID: collID,
 				followCollection: f.FollowCollection, followCollID: followID,
 				cap: t.Cap, mergeLimit: f.MergeLimit,
-			})
+			}
+			key := laneKey{f.Name, t.Collection}
+			before, stored := followedBy[key]
+			if stored && before != followID {
+				refollowed = append(refollowed, l)
+			}
+			if (!enabled[key] || stored && before != followID) && !slices.Contains(gained, f.Name) {
+				gained = append(gained, f.Name)
+			}
+			s.lanes = append(s.lanes, l)
 		}
 	}
 	for nsid := range s.followColls {
@@ -115,6 +127,11 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 			return ErrFeedsDiffer
 		}
 		return nil // rolled back: nothing was written
+	}
+	for _, l := range refollowed {
+		if err := s.clearLane(ctx, tx, l); err != nil {
+			return err
+		}
 	}
 	for _, feed := range gained {
 		if err := s.rebuildViewersOf(ctx, tx, feed); err != nil {
@@ -167,6 +184,24 @@ func (s *Store) rebuildViewersOf(ctx context.Context, tx *sql.Tx, feed string) e
 	if n, _ := r.RowsAffected(); n > 0 {
 		s.log.Info("feed gained a target: its viewers are rebuilt on their next reads", "feed", feed, "viewers", n)
 	}
+	return nil
+}
+
+// clearLane empties a lane whose feed now follows another collection: its
+// rows came from the old follow graph, which nothing reads any more (an
+// unfollow there reaches no lane, and retention looks for a row's holders
+// through the new graph only, so it would retire records the rows still
+// name). The feed's viewers are rebuilt from the new graph on their next
+// reads. One statement over the whole feed table, at start, once per such
+// change of configuration.
+func (s *Store) clearLane(ctx context.Context, tx *sql.Tx, l lane) error {
+	r, err := tx.ExecContext(ctx, `DELETE FROM feed_items WHERE target_id = ?`, l.id)
+	if err != nil {
+		return fmt.Errorf("clear feed %q lane %s: %w", l.feed, l.collection, err)
+	}
+	n, _ := r.RowsAffected()
+	s.log.Info("feed follows another collection: its rows from the old one are removed",
+		"feed", l.feed, "collection", l.collection, "follow_collection", l.followCollection, "rows", n)
 	return nil
 }
 
