@@ -29,6 +29,12 @@ type AuditEntry struct {
 // and a restart would resume at the live tip.
 var ErrResetToFuture = errors.New("cannot reset the stream cursor to a time in the future")
 
+// ErrResetBeforeEpoch refuses a stream cursor reset to a time at or before
+// 1970: stream times are positive, and the daemon takes a cursor that is
+// not as "none" and starts at the live tip, skipping everything since the
+// old cursor without the gap a reset to the live tip records.
+var ErrResetBeforeEpoch = errors.New("cannot reset the stream cursor to a time at or before 1970-01-01")
+
 // ResetJetstream moves the stream cursor to `to` (zero: forget it, so the
 // daemon starts at the live tip) and bumps its generation. A reset that
 // skips stream time (forward, or to the live tip) records it as a gap, in
@@ -37,6 +43,9 @@ var ErrResetToFuture = errors.New("cannot reset the stream cursor to a time in t
 func (s *Store) ResetJetstream(ctx context.Context, to time.Time, user string, now time.Time) (AuditEntry, error) {
 	if to.After(now) {
 		return AuditEntry{}, fmt.Errorf("%w: %s is after %s", ErrResetToFuture, to.Format(time.RFC3339), now.Format(time.RFC3339))
+	}
+	if !to.IsZero() && to.UnixMicro() <= 0 {
+		return AuditEntry{}, fmt.Errorf("%w: %s", ErrResetBeforeEpoch, to.Format(time.RFC3339))
 	}
 	var e AuditEntry
 	err := s.write(ctx, func(w *txWriter) error {

@@ -245,6 +245,13 @@ func TestAResetThatSkipsStreamTimeRecordsAGap(t *testing.T) {
 	if _, err := s.ResetJetstream(ctx, now.Add(time.Second), "ops", now); !errors.Is(err, ErrResetToFuture) {
 		t.Fatalf("reset into the future: %v, want ErrResetToFuture", err)
 	}
+	// Before 1970 the daemon would read no cursor and start at the live
+	// tip, recording no gap (found by a review).
+	for _, early := range []time.Time{time.Unix(0, 0), time.Date(1969, 12, 31, 23, 0, 0, 0, time.UTC)} {
+		if _, err := s.ResetJetstream(ctx, early, "ops", now); !errors.Is(err, ErrResetBeforeEpoch) {
+			t.Fatalf("reset to %s: %v, want ErrResetBeforeEpoch", early, err)
+		}
+	}
 	if _, err := s.ResetJetstream(ctx, time.Unix(4_000, 0), "ops", now); err != nil {
 		t.Fatal(err)
 	}
