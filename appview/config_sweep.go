@@ -19,6 +19,9 @@ type SweepConfig struct {
 	TombstoneWindow time.Duration `yaml:"tombstone_window"`
 }
 
+// maxSweepActors bounds sweep.actors: 100 times the default.
+const maxSweepActors = 50000
+
 func defaultSweepConfig() SweepConfig {
 	return SweepConfig{
 		Actors: 500, IdleInterval: 5 * time.Second, RecoveryInterval: 6 * time.Hour,
@@ -27,8 +30,11 @@ func defaultSweepConfig() SweepConfig {
 }
 
 func (c Config) validateSweep(fail func(field, format string, args ...any)) {
-	if c.Sweep.Actors <= 0 {
-		fail("sweep.actors", "must be positive")
+	// A slice visits this many viewers in one transaction (times a
+	// catch-up batch's scale, up to 100): bounded so a slice's work is,
+	// and the product cannot overflow.
+	if c.Sweep.Actors <= 0 || c.Sweep.Actors > maxSweepActors {
+		fail("sweep.actors", "must be between 1 and %d", maxSweepActors)
 	}
 	for field, d := range map[string]time.Duration{
 		"sweep.idle_interval":     c.Sweep.IdleInterval,
