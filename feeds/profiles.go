@@ -166,7 +166,8 @@ type FetchedProfile struct {
 // StoreFetchedProfile writes what a fetch learned about an account the
 // store knows; an unknown account is left alone. The record is written
 // only where no profile is stored, so it never overrides a change the
-// stream delivered meanwhile.
+// stream delivered meanwhile, and only while the account's profile is in
+// scope.
 func (s *Store) StoreFetchedProfile(ctx context.Context, p FetchedProfile) error {
 	return s.write(ctx, func(w *txWriter) error {
 		id, found, err := w.existingActorID(p.DID)
@@ -181,6 +182,13 @@ func (s *Store) StoreFetchedProfile(ctx context.Context, p FetchedProfile) error
 		}
 		if !p.RecordFetched {
 			return nil
+		}
+		// An account that left scope while the fetch ran had its profile
+		// dropped on purpose, and the stream's changes to it are ignored
+		// until it is back: a copy stored now would be served stale then,
+		// never fetched again (TestAFetchedProfileOfAnAccountOutOfScopeIsNotStored).
+		if _, inScope, err := w.profileInScope(p.DID); err != nil || !inScope {
+			return err
 		}
 		return w.writeProfile(insertFetchedProfileSQL, id, "", p.Present, p.CID, p.Fields, p.At.UnixMicro())
 	})

@@ -372,3 +372,27 @@ func TestAGapRecordedByAnOperatorReachesTheDaemon(t *testing.T) {
 		t.Errorf("OnGap ran again for the same gap (%d)", purged)
 	}
 }
+
+// A profile fetch that finishes after its account left scope stores no
+// record: the unfollow dropped the profile on purpose and the stream's
+// changes to it are ignored while the account is out of scope, so a copy
+// stored then was served stale when the account came back, and never
+// fetched again (found by a review).
+func TestAFetchedProfileOfAnAccountOutOfScopeIsNotStored(t *testing.T) {
+	s := profileStore(t) // alice views, follows carol
+	ctx := context.Background()
+	seq := s.IdentitySeq() // the fetch starts
+	apply(t, s, unfollow("alice", "f1", 20))
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{
+		DID: did("carol"), HandleResolved: true, Handle: "carol.test",
+		RecordFetched: true, Present: true, CID: "bafyfetched", Fields: ProfileFields{DisplayName: "Old name"},
+		At: time.Unix(100, 0), IdentitySeq: seq,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, profileChange("carol", OpDelete, 30, "")) // ignored: out of scope
+	apply(t, s, follow("alice", "carol", "f2", 40))
+	if p := readProfile(t, s, "carol"); p.Known {
+		t.Fatalf("carol, followed again, is served the profile fetched while she was out of scope: %+v", p)
+	}
+}
