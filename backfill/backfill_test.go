@@ -440,3 +440,25 @@ func TestRunTimeoutChargesNoFolloweeListing(t *testing.T) {
 		t.Fatalf("%d listings unfinished, %d of them asked: the test proves nothing", unfinished, asked)
 	}
 }
+
+// A viewer that follows itself: its own posts are not fetched at its first
+// read (they never reach its feed, and a self-follow puts no account in
+// scope, so the stream's deletes of them would be dropped and the copies
+// go stale), and the feed holds what it follows.
+func TestAFirstReadDoesNotFetchTheViewersOwnPosts(t *testing.T) {
+	w := newWorld(t, Config{})
+	viewer, alice := w.account("viewer"), w.account("alice")
+	w.follow(viewer, viewer, 1)
+	w.follow(viewer, alice, 2)
+	w.post(viewer, 10)
+	kept := w.post(alice, 11)
+	if err := w.svc.Ensure(context.Background(), viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.pds.Requests(viewer, postNSID); n != 0 {
+		t.Errorf("the viewer's own posts were listed %d times", n)
+	}
+	if got, want := w.page(t, viewer, 10), []string{string(alice) + "/" + string(kept)}; !slices.Equal(got, want) {
+		t.Errorf("feed = %v, want %v", got, want)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -299,6 +300,9 @@ func (s *Service) backfillViewer(ctx context.Context, key viewerKey, progress fu
 	if err != nil {
 		return err
 	}
+	// A viewer who follows itself gets nothing of its own in its feed, and
+	// a self-follow puts no account in scope: its records are not fetched.
+	followees = slices.DeleteFunc(followees, func(d syntax.DID) bool { return d == key.viewer })
 	total := len(followees) * len(f.Targets)
 	var done atomic.Int64
 	if progress != nil {

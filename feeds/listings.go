@@ -465,7 +465,7 @@ type ListingKey struct {
 func (s *Store) DueListings(ctx context.Context, now time.Time, maxAttempts, limit int) ([]ListingKey, error) {
 	inScope := ``
 	if !s.indexAll {
-		inScope = `AND EXISTS (SELECT 1 FROM follows f WHERE f.subject_id = l.actor_id)`
+		inScope = `AND EXISTS (SELECT 1 FROM follows f WHERE f.subject_id = l.actor_id AND f.actor_id <> l.actor_id)`
 	}
 	rows, err := s.reader.QueryContext(ctx, `
 		SELECT a.did, c.nsid FROM listings l

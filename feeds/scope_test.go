@@ -136,3 +136,51 @@ func TestDueListingsAreOfAccountsInScope(t *testing.T) {
 		t.Errorf("due after carol left scope %v, want %v", due, want[:1])
 	}
 }
+
+// A self-follow puts no account in scope: following yourself never puts
+// your records in your feed. Before, it did, and deleting it never took
+// the account out again, so its records stayed stored while the stream's
+// deletes of them were dropped as out of scope, and a later follower's
+// merge brought a deleted post back (found by a review).
+func TestASelfFollowPutsNothingInScope(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	s := mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds})
+	register(t, s, "v1", "following")
+	register(t, s, "v2", "following")
+	apply(t, s, follow("v1", "v1", "self", 1), post("v1", "p1", 2))
+	if n := count(t, s, `SELECT count(*) FROM records`); n != 0 {
+		t.Errorf("a self-followed account's post was stored (%d records)", n)
+	}
+	apply(t, s, post("v1", "p2", 3), unfollow("v1", "self", 4))
+	s.Close()
+
+	s = mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds}) // the followed cache is empty
+	apply(t, s, unpost("v1", "p2", 5), follow("v2", "v1", "f2", 6))
+	if got := feedRKeys(t, s, "following", "v2", postNSID); len(got) != 0 {
+		t.Errorf("v2's feed = %v: a post deleted while v1 was out of scope came back", got)
+	}
+}
+
+// A viewer's follow of an account that follows itself marks the account's
+// listings wanted, as for any account entering scope: the self-follow (and
+// the posts it let in) had put the account in the followed cache without
+// wanting them, and the follow found it "known followed" (found by a
+// review).
+func TestASelfFollowedAccountFollowedLaterIsListed(t *testing.T) {
+	for _, self := range []bool{false, true} {
+		s := openViewerMode(t)
+		register(t, s, "v1", "following")
+		register(t, s, "v2", "following")
+		if self {
+			apply(t, s, follow("v1", "v1", "self", 1), post("v1", "p1", 2))
+		}
+		apply(t, s, follow("v2", "v1", "f2", 5))
+		due, err := s.DueListings(t.Context(), time.Unix(1<<33, 0), 10, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(due) != 1 || due[0].Account != did("v1") {
+			t.Errorf("self-follow %v: due listings %v, want v1's posts", self, due)
+		}
+	}
+}

@@ -43,8 +43,11 @@ var writeSQL = struct {
 		WHERE v.actor_id = ? AND t.follow_collection_id = ? AND t.enabled = 1 LIMIT 1`,
 	viewerOfFeed: `SELECT 1 FROM viewers WHERE actor_id = ? AND feed = ?`,
 	// followedByAnyone: only viewers' follows are stored, so any stored
-	// follow of the author puts its targets in scope.
-	followedByAnyone: `SELECT 1 FROM follows WHERE subject_id = ? LIMIT 1`,
+	// follow of the author puts its targets in scope; but not its own
+	// (following yourself never puts your records in your feed, and a
+	// self-follow that put them in scope neither took them out when it
+	// was deleted nor wanted the account's listings).
+	followedByAnyone: `SELECT 1 FROM follows WHERE subject_id = ?1 AND actor_id <> ?1 LIMIT 1`,
 
 	actorByDID:  `SELECT id FROM actors WHERE did = ?`,
 	insertActor: `INSERT INTO actors (did) VALUES (?) RETURNING id`,
