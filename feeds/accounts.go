@@ -9,12 +9,17 @@ import (
 // followers' feeds; coming back merges
 // its newest stored records into its followers' feeds again, as a follow
 // merge does. A deleted account's records and follows are deleted.
-// Accounts the store never interned are not touched.
-func (w *txWriter) applyAccount(a *AccountStatus) error {
+// Accounts the store never interned are not touched: known says whether
+// the account was.
+func (w *txWriter) applyAccount(a *AccountStatus) (known bool, err error) {
 	id, found, err := w.existingActorID(a.DID)
 	if err != nil || !found {
-		return err
+		return false, err
 	}
+	return true, w.applyKnownAccount(a, id)
+}
+
+func (w *txWriter) applyKnownAccount(a *AccountStatus, id int64) error {
 	var wasActive bool
 	var statusUS int64
 	if _, err := w.queryRow(w.s.stmts.actorStatus, []any{id}, &wasActive, &statusUS); err != nil {
@@ -74,6 +79,7 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 	// follower's first read lists their records again.
 	var subjects []int64
 	if !w.s.indexAll {
+		var err error
 		if subjects, err = scanIDs(w.tx.QueryContext(w.ctx, `SELECT DISTINCT subject_id FROM follows WHERE actor_id = ?`, id)); err != nil {
 			return fmt.Errorf("list deleted account's followees: %w", err)
 		}

@@ -174,3 +174,31 @@ func TestAReplayedAccountEventChangesNothing(t *testing.T) {
 		t.Errorf("alice's feed after the replay = %v, want %v", got, want)
 	}
 }
+
+// An account's deactivation in the same batch as the changes that make
+// the store know it (a viewer's follow of it, its post): the batch ends as
+// two batches would, the account inactive and its post in no feed. Before,
+// the account events went first and skipped the account as unknown, so
+// the deactivation was lost, depending on where a batch was cut (found by
+// a review).
+func TestADeactivationInTheBatchThatInternsTheAccountIsApplied(t *testing.T) {
+	for _, split := range []bool{true, false} {
+		s := openViewerMode(t)
+		register(t, s, "v1", "following")
+		changes := []Change{follow("v1", "carol", "f1", 1), post("carol", "p1", 2)}
+		acct := []AccountStatus{{DID: did("carol"), Active: false, Status: "deactivated", TimeUS: 3}}
+		batches := []*Batch{{Changes: changes, Accounts: acct, Cursor: StreamCursor{TimeUS: 3}}}
+		if split {
+			batches = []*Batch{{Changes: changes, Cursor: StreamCursor{TimeUS: 2}}, {Accounts: acct, Cursor: StreamCursor{TimeUS: 3}}}
+		}
+		for _, b := range batches {
+			if _, err := s.ApplyBatch(context.Background(), b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := feedRKeys(t, s, "following", "v1", postNSID)
+		if active := count(t, s, `SELECT active FROM actors WHERE did = 'did:plc:carol'`); len(got) != 0 || active != 0 {
+			t.Errorf("split %v: v1's feed %v, carol active %d; want no post and carol inactive", split, got, active)
+		}
+	}
+}

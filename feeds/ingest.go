@@ -27,9 +27,20 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 		return BatchResult{}, err
 	}
 	defer w.tx.Rollback()
+	// Account events go first: an account's latest status decides what
+	// of its changes in the batch reaches feeds (the fan-out at commit
+	// skips inactive authors). One the store does not know yet is tried
+	// again after the changes, which may have interned it (a follow of it,
+	// a post by it): else its deactivation or deletion was lost whenever
+	// the account and its status change shared a batch.
+	var unknown []int
 	for i := range b.Accounts {
-		if err := w.applyAccount(&b.Accounts[i]); err != nil {
+		known, err := w.applyAccount(&b.Accounts[i])
+		if err != nil {
 			return BatchResult{}, fmt.Errorf("apply account status of %s: %w", b.Accounts[i].DID, err)
+		}
+		if !known {
+			unknown = append(unknown, i)
 		}
 	}
 	if err := w.forgetHandles(b.Identities); err != nil {
@@ -39,6 +50,11 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 		if err := w.apply(&b.Changes[i]); err != nil {
 			c := &b.Changes[i]
 			return BatchResult{}, fmt.Errorf("apply %s %s/%s/%s: %w", c.Op, c.DID, c.Collection, c.RKey, err)
+		}
+	}
+	for _, i := range unknown {
+		if _, err := w.applyAccount(&b.Accounts[i]); err != nil {
+			return BatchResult{}, fmt.Errorf("apply account status of %s: %w", b.Accounts[i].DID, err)
 		}
 	}
 	failpoint.Hit(failpoint.IngestBeforeCursor)
