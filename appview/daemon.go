@@ -171,7 +171,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 					firstReads.FollowsCreated(res.NewFollows)
 				}
 			},
-			identityChanged: dir.Purge,
+			identityChanged: dir.PurgeIdentity,
 			restart:         consumer.Restart,
 			consumed:        consumer.Consumed,
 			sweepIdle:       cfg.Sweep.IdleInterval,

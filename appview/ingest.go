@@ -36,8 +36,10 @@ type ingester struct {
 	// prune sweep ticks on it).
 	afterCommit func(feeds.BatchResult)
 	// identityChanged, when set, is told about identity events so cached
-	// handles and PDS endpoints are re-resolved.
-	identityChanged func(syntax.DID)
+	// handles and PDS endpoints are re-resolved: the account, and the
+	// handle the event names (empty if none), whose cached resolution may
+	// point at the account that held it before.
+	identityChanged func(did syntax.DID, handle string)
 	// restart reconnects the consumer after an operator reset the cursor;
 	// it returns the first session whose events count again.
 	restart    func() uint64
@@ -129,7 +131,11 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			batchBytes += len(ev.Commit.Record)
 		}
 		if ev.Kind == jetstream.KindIdentity && in.identityChanged != nil {
-			in.identityChanged(ev.DID)
+			handle := ""
+			if ev.Identity != nil {
+				handle = ev.Identity.Handle
+			}
+			in.identityChanged(ev.DID, handle)
 		}
 	}
 	for {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -150,4 +151,45 @@ func total(xs []int) (n int) {
 		n += x
 	}
 	return n
+}
+
+// An identity event reaches the directory with the handle it names, so the
+// directory forgets that handle's cached resolution too
+// (directory.PurgeIdentity).
+func TestIngesterPassesAnIdentityEventsHandle(t *testing.T) {
+	ctx := context.Background()
+	store, err := feeds.Open(ctx, feeds.Options{
+		Path: t.TempDir() + "/appview.db", IndexAll: true,
+		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	events := make(chan jetstream.Event, 2)
+	events <- jetstream.Event{DID: "did:plc:bob234567abcdefghijklmno", TimeUS: t0, Kind: jetstream.KindIdentity,
+		Identity: &jetstream.Identity{Handle: "shared.test"}}
+	events <- jetstream.Event{DID: "did:plc:carol34567abcdefghijklmn", TimeUS: t0 + 1, Kind: jetstream.KindIdentity,
+		Identity: &jetstream.Identity{}}
+	type call struct{ did, handle string }
+	var calls []call
+	runCtx, cancel := context.WithCancel(ctx)
+	in := &ingester{
+		store: store, batchSize: 100, batchInterval: time.Hour,
+		log: slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: time.Now,
+		identityChanged: func(did syntax.DID, handle string) {
+			calls = append(calls, call{string(did), handle})
+			if len(calls) == 2 {
+				cancel()
+			}
+		},
+	}
+	if err := in.Run(runCtx, events); err != nil {
+		t.Fatal(err)
+	}
+	want := []call{{"did:plc:bob234567abcdefghijklmno", "shared.test"}, {"did:plc:carol34567abcdefghijklmn", ""}}
+	if !slices.Equal(calls, want) {
+		t.Fatalf("identityChanged calls %v, want %v", calls, want)
+	}
 }

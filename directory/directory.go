@@ -206,6 +206,20 @@ func (d *Directory) Purge(did syntax.DID) {
 	}
 }
 
+// PurgeIdentity forgets what an identity event makes stale: the account's
+// document (Purge), and the cached resolution of the handle the event
+// names, which may still point at the account that held the handle
+// before. That resolution outlives the old holder's document when the
+// document cache, bounded apart, let the document go first; the new
+// holder's handle then failed to verify for up to an hour. The event's
+// handle is only a hint of what to forget, never taken as verified.
+func (d *Directory) PurgeIdentity(did syntax.DID, handle string) {
+	d.Purge(did)
+	if h, err := syntax.ParseHandle(handle); err == nil {
+		d.PurgeHandle(h)
+	}
+}
+
 // PurgeAll forgets everything cached: after a gap in the stream the
 // identity events that would have purged entries one by one are lost.
 func (d *Directory) PurgeAll() {

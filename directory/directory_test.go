@@ -442,3 +442,42 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// bob takes the handle alice left, and the identity events of both are
+// purged as the ingester does. alice's document had already left the
+// document cache (bounded apart; LookupDID fills only it), so Purge(alice)
+// could not find the handle it claimed, and shared.test -> alice stayed
+// cached: bob's handle did not verify, and the profile fetcher stored "no
+// handle" for him as verified (found by a review). PurgeIdentity also
+// forgets the handle the event names.
+func TestPurgeIdentityForgetsTheHandleTheEventNames(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "shared.test", pds1)
+	plc.Add(bob, "bob.test", pds2)
+	carol := syntax.DID("did:plc:carol34567abcdefghijklmn")
+	plc.Add(carol, "", pds1)
+	d, _ := newTestDirectory(t, plc, func(c *Config) { c.MaxEntries = 2 })
+	ctx := t.Context()
+	if ident, err := d.LookupDIDWithHandle(ctx, alice); err != nil || ident.Handle != "shared.test" {
+		t.Fatalf("alice: %+v %v", ident, err)
+	}
+	for _, did := range []syntax.DID{bob, carol} { // push alice's document out
+		if _, err := d.LookupDID(ctx, did); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plc.Add(alice, "alice2.test", pds1)
+	plc.SetHandle("alice2.test", alice)
+	plc.Add(bob, "shared.test", pds2)
+	plc.SetHandle("shared.test", bob)
+	d.PurgeIdentity(alice, "alice2.test")
+	d.PurgeIdentity(bob, "shared.test")
+	ident, err := d.LookupDIDWithHandle(ctx, bob)
+	if err != nil || ident.Handle != "shared.test" {
+		t.Fatalf("bob after both identity events: %+v %v; want handle shared.test", ident, err)
+	}
+	if got, err := d.LookupHandle(ctx, "shared.test"); err != nil || got.DID != bob {
+		t.Fatalf("shared.test resolves to %+v, %v; want bob", got, err)
+	}
+	d.PurgeIdentity(bob, "not a handle!") // a bad hint forgets the document only
+}
