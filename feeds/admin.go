@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -127,6 +128,9 @@ func (s *Store) ResetAccount(ctx context.Context, account syntax.DID, collection
 // starts over. A running daemon trusts its in-memory "complete" mark for
 // up to an hour.
 func (s *Store) ResetViewer(ctx context.Context, viewer syntax.DID, feed, user string, now time.Time) (AuditEntry, error) {
+	if feed != "" && !slices.ContainsFunc(s.lanes, func(l lane) bool { return l.feed == feed }) {
+		return AuditEntry{}, fmt.Errorf("%w: no feed %q", ErrUnknownLane, feed)
+	}
 	var e AuditEntry
 	err := s.write(ctx, func(w *txWriter) error {
 		id, found, err := w.existingActorID(viewer)

@@ -60,6 +60,9 @@ func TestResetOfNothingRecordsNothing(t *testing.T) {
 	if _, err := s.ResetViewer(ctx, did("nobody"), "", "ops", now); !errors.Is(err, ErrNothingToReset) {
 		t.Errorf("viewer: %v", err)
 	}
+	if _, err := s.ResetViewer(ctx, did("nobody"), "folowing", "ops", now); !errors.Is(err, ErrUnknownLane) {
+		t.Errorf("viewer of a feed that does not exist: %v, want ErrUnknownLane", err)
+	}
 	if entries, _ := s.Audit(ctx, 10); len(entries) != 0 {
 		t.Errorf("audit recorded %+v", entries)
 	}

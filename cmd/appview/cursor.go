@@ -119,6 +119,9 @@ func auditCmd(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		return err
 	}
 	defer store.Close()
+	if *limit < 1 {
+		return fmt.Errorf("--limit %d: must be at least 1", *limit)
+	}
 	entries, err := store.Audit(ctx, *limit)
 	if err != nil {
 		return err
