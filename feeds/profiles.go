@@ -133,12 +133,18 @@ func (w *txWriter) forgetAllProfiles() error {
 }
 
 // dropProfile forgets an account's profile: it left the scope (nobody
-// follows it any more) or was deleted, and a copy kept now would be stale
-// when it comes back.
+// follows it any more), and a copy kept now would be stale when it comes
+// back. The drop counts in the identity log, so a fetch begun before it
+// does not store its copy, whatever the scope when it ends.
 func (w *txWriter) dropProfile(actorID int64) error {
+	var did string
+	if err := w.tx.QueryRowContext(w.ctx, `SELECT did FROM actors WHERE id = ?`, actorID).Scan(&did); err != nil {
+		return fmt.Errorf("drop profile: %w", err)
+	}
 	if _, err := w.tx.ExecContext(w.ctx, `DELETE FROM profiles WHERE actor_id = ?`, actorID); err != nil {
 		return fmt.Errorf("drop profile: %w", err)
 	}
+	w.identities = append(w.identities, syntax.DID(did))
 	return nil
 }
 
@@ -174,19 +180,23 @@ func (s *Store) StoreFetchedProfile(ctx context.Context, p FetchedProfile) error
 		if err != nil || !found {
 			return err
 		}
-		if p.HandleResolved && !s.identities.changedSince(p.DID, p.IdentitySeq) {
+		// An identity event of the account, or its profile dropped, since
+		// the fetch began: what the fetch found may be stale.
+		raced := s.identities.changedSince(p.DID, p.IdentitySeq)
+		if p.HandleResolved && !raced {
 			if _, err := w.tx.ExecContext(ctx, `UPDATE actors SET handle = ?, handle_checked_us = ? WHERE id = ?`,
 				string(p.Handle), p.At.UnixMicro(), id); err != nil {
 				return fmt.Errorf("store handle: %w", err)
 			}
 		}
-		if !p.RecordFetched {
+		if !p.RecordFetched || raced {
 			return nil
 		}
 		// An account that left scope while the fetch ran had its profile
 		// dropped on purpose, and the stream's changes to it are ignored
 		// until it is back: a copy stored now would be served stale then,
-		// never fetched again (TestAFetchedProfileOfAnAccountOutOfScopeIsNotStored).
+		// never fetched again; so would one stored after it came back
+		// (raced above). TestAFetchedProfileOfAnAccountOutOfScopeIsNotStored.
 		if _, inScope, err := w.profileInScope(p.DID); err != nil || !inScope {
 			return err
 		}

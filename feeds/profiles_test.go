@@ -373,26 +373,36 @@ func TestAGapRecordedByAnOperatorReachesTheDaemon(t *testing.T) {
 	}
 }
 
-// A profile fetch that finishes after its account left scope stores no
-// record: the unfollow dropped the profile on purpose and the stream's
-// changes to it are ignored while the account is out of scope, so a copy
-// stored then was served stale when the account came back, and never
-// fetched again (found by a review).
+// A profile fetch that ran while its account left scope stores no record,
+// whether the account is still out of scope when the fetch ends or was
+// followed again meanwhile: the unfollow dropped the profile on purpose
+// and the stream's changes to it were ignored while the account was out
+// of scope, so the copy was served stale (here: deleted meanwhile) when
+// the account came back, and never fetched again (found by two reviews).
 func TestAFetchedProfileOfAnAccountOutOfScopeIsNotStored(t *testing.T) {
-	s := profileStore(t) // alice views, follows carol
-	ctx := context.Background()
-	seq := s.IdentitySeq() // the fetch starts
-	apply(t, s, unfollow("alice", "f1", 20))
-	if err := s.StoreFetchedProfile(ctx, FetchedProfile{
-		DID: did("carol"), HandleResolved: true, Handle: "carol.test",
-		RecordFetched: true, Present: true, CID: "bafyfetched", Fields: ProfileFields{DisplayName: "Old name"},
-		At: time.Unix(100, 0), IdentitySeq: seq,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, s, profileChange("carol", OpDelete, 30, "")) // ignored: out of scope
-	apply(t, s, follow("alice", "carol", "f2", 40))
-	if p := readProfile(t, s, "carol"); p.Known {
-		t.Fatalf("carol, followed again, is served the profile fetched while she was out of scope: %+v", p)
+	for _, followedAgain := range []bool{false, true} {
+		t.Run(fmt.Sprint("followed again before the fetch ends: ", followedAgain), func(t *testing.T) {
+			s := profileStore(t) // alice views, follows carol
+			ctx := context.Background()
+			seq := s.IdentitySeq() // the fetch starts
+			apply(t, s, unfollow("alice", "f1", 20))
+			apply(t, s, profileChange("carol", OpDelete, 30, "")) // ignored: out of scope
+			if followedAgain {
+				apply(t, s, follow("alice", "carol", "f2", 40))
+			}
+			if err := s.StoreFetchedProfile(ctx, FetchedProfile{
+				DID: did("carol"), HandleResolved: true, Handle: "carol.test",
+				RecordFetched: true, Present: true, CID: "bafyfetched", Fields: ProfileFields{DisplayName: "Old name"},
+				At: time.Unix(100, 0), IdentitySeq: seq,
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if !followedAgain {
+				apply(t, s, follow("alice", "carol", "f2", 40))
+			}
+			if p := readProfile(t, s, "carol"); p.Known {
+				t.Fatalf("carol, followed again, is served the profile fetched while she left scope: %+v", p)
+			}
+		})
 	}
 }
