@@ -2,6 +2,7 @@ package backfill
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -460,5 +461,31 @@ func TestAFirstReadDoesNotFetchTheViewersOwnPosts(t *testing.T) {
 	}
 	if got, want := w.page(t, viewer, 10), []string{string(alice) + "/" + string(kept)}; !slices.Equal(got, want) {
 		t.Errorf("feed = %v, want %v", got, want)
+	}
+}
+
+// ourContextEnded blames the caller's context only for a listing that
+// failed: one that completed just as the context ended records its run
+// (found by a review: a nil error counted as ended).
+func TestOurContextEndedNeedsAFailure(t *testing.T) {
+	live := context.Background()
+	ended, cancel := context.WithCancel(live)
+	cancel()
+	failure := errors.New("pds: status 500")
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{"completed", live, nil, false},
+		{"completed as the context ended", ended, nil, false},
+		{"failed as the context ended", ended, failure, true},
+		{"cancelled", live, context.Canceled, true},
+		{"the PDS failed", live, failure, false},
+	} {
+		if got := ourContextEnded(tc.ctx, tc.err); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

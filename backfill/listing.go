@@ -326,7 +326,7 @@ func (s *Service) fail(ctx context.Context, account syntax.DID, coll syntax.NSID
 // up on. A PDS that is slow to answer still
 // fails by the request's own timeout (pds.KindTimeout), which counts.
 func ourContextEnded(ctx context.Context, err error) bool {
-	return errors.Is(err, context.Canceled) || ctx.Err() != nil
+	return err != nil && (errors.Is(err, context.Canceled) || ctx.Err() != nil)
 }
 
 // parseRecord reads what the store needs from a listed record: the
