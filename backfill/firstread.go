@@ -43,6 +43,7 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 	touched, complete := s.complete[key]
 	_, running := s.running[key]
 	until, waiting := s.notDue[key]
+	forgets := s.forgets
 	s.mu.Unlock()
 	if complete && now.Sub(touched) < time.Hour {
 		return nil
@@ -64,7 +65,7 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 			return fmt.Errorf("read viewer: %w", err)
 		}
 		if fresh {
-			s.markComplete(key, lastRead)
+			s.markComplete(key, lastRead, forgets)
 			return nil
 		}
 	default:
@@ -86,7 +87,7 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 		return fmt.Errorf("register viewer: %w", err)
 	}
 	if st.Complete {
-		s.markComplete(key, now)
+		s.markComplete(key, now, forgets)
 		return nil
 	}
 	if st.Attempts >= s.cfg.MaxAttempts || now.Before(st.NextRetry) {
@@ -133,10 +134,25 @@ func (s *Service) markNotDue(key viewerKey, now, until time.Time) {
 	s.notDue[key] = until
 }
 
-func (s *Service) markComplete(key viewerKey, now time.Time) {
+// markComplete remembers a viewer found complete in the database, unless
+// forgetComplete ran since forgets was read, before that database read: a
+// gap committed in between marked the viewer for a rebuild, which the
+// memory must not hide.
+func (s *Service) markComplete(key viewerKey, now time.Time, forgets uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if forgets != s.forgets {
+		return
+	}
 	s.complete[key] = now
+}
+
+// forgetsNow is the count markComplete compares with: read it before the
+// database read that finds a viewer complete.
+func (s *Service) forgetsNow() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.forgets
 }
 
 // start returns the running first read of key, starting one if none runs
@@ -193,6 +209,7 @@ func (s *Service) start(key viewerKey, slot *queueSlot) (*firstRead, error) {
 // resumes from the stored listing cursors at once.
 func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func(done, total int)) (int64, error) {
 	start := s.cfg.Now()
+	forgets := s.forgetsNow()
 	claimed, err := s.store.ClaimFirstRead(ctx, key.viewer, key.feed, s.owner, start, s.cfg.Lease)
 	if err != nil {
 		return 0, err
@@ -248,7 +265,7 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 		s.log.Info("first read failed", "viewer", key.viewer, "feed", key.feed, "err", err)
 		return 0, err
 	}
-	s.markComplete(key, s.cfg.Now())
+	s.markComplete(key, s.cfg.Now(), forgets)
 	s.metrics.firstRead("complete", took)
 	return rows, nil
 }

@@ -45,13 +45,14 @@ func (s *Service) RunFirstRead(ctx context.Context, viewer syntax.DID, feed stri
 	}
 	key := viewerKey{viewer, feed}
 	now := s.cfg.Now()
+	forgets := s.forgetsNow()
 	st, err := s.store.RegisterViewer(ctx, viewer, feed, now)
 	if err != nil {
 		return FirstReadResult{}, fmt.Errorf("register viewer: %w", err)
 	}
 	switch {
 	case st.Complete:
-		s.markComplete(key, now)
+		s.markComplete(key, now, forgets)
 		return FirstReadResult{AlreadyComplete: true}, nil
 	case st.Attempts >= s.cfg.MaxAttempts:
 		return FirstReadResult{}, fmt.Errorf("%w: gave up after %d attempts, last error: %s", ErrNotDue, st.Attempts, st.LastError)

@@ -121,6 +121,10 @@ type Service struct {
 
 	mu       sync.Mutex
 	complete map[viewerKey]time.Time // complete viewers → when registration was last refreshed
+	// forgets counts forgetComplete's calls: a viewer found complete in
+	// the database before one is not remembered after it
+	// (markComplete), or a gap's rebuild would wait out the hour.
+	forgets uint64
 	// notDue holds viewers whose first read failed and is not due again
 	// before the time given: their reads are served from memory, without
 	// the registration write that would queue with ingest for the lock.
@@ -311,6 +315,7 @@ func (s *Service) retryDue(ctx context.Context) {
 func (s *Service) forgetComplete() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.forgets++
 	clear(s.complete)
 	clear(s.notDue)
 }

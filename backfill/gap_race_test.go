@@ -1,0 +1,110 @@
+package backfill
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/atfeeds/appview/directory"
+	"github.com/atfeeds/appview/directory/plctest"
+	"github.com/atfeeds/appview/egress"
+	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/pds"
+	"github.com/atfeeds/appview/pds/pdstest"
+	"github.com/bluesky-social/indigo/atproto/syntax"
+)
+
+// A gap committed between a first read's CompleteFirstRead and its
+// markComplete: the gap's hook cleared the memory of complete viewers
+// first, and markComplete then put the viewer back, so its reads within
+// the hour were answered from memory without the rebuild the gap asks for
+// (found by a review of edff21e). The same window lies between any
+// database read that finds a viewer complete (FreshViewer,
+// RegisterViewer) and its markComplete; here the clock's hook commits the
+// gap right after the first read did.
+func TestAGapJustAfterAFirstReadCompletesIsNotHidden(t *testing.T) {
+	w := &world{plc: plctest.NewServer(), pds: pdstest.NewServer(), clock: time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)}
+	t.Cleanup(w.plc.Close)
+	t.Cleanup(w.pds.Close)
+	st, err := feeds.Open(context.Background(), feeds.Options{
+		Path: t.TempDir() + "/appview.db",
+		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	w.store = st
+	httpc := egress.NewClient(egress.Options{AllowPrivateNetworks: true, Timeout: 5 * time.Second})
+	dir := directory.New(directory.Config{PLCURL: w.plc.URL(), HTTPClient: httpc, AllowPrivateNetworks: true, SkipHandleVerification: true})
+	var armed atomic.Bool
+	var once sync.Once
+	var viewer syntax.DID
+	cfg := Config{FirstReadWait: 20 * time.Second}
+	cfg.Now = func() time.Time {
+		w.mu.Lock()
+		now := w.clock
+		w.mu.Unlock()
+		if armed.Load() {
+			if _, fresh, _ := st.FreshViewer(context.Background(), viewer, "following", now); fresh {
+				once.Do(func() {
+					// The gap lands just after the first read committed.
+					if _, err := st.RecordGap(context.Background(), feeds.Gap{Detected: now, CursorUS: 1, Size: time.Hour}); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+		}
+		return now
+	}
+	w.svc = New(cfg, st, dir, pds.NewClient(httpc, pds.Options{Timeout: 2 * time.Second}),
+		[]Feed{{Name: "following", FollowCollection: followNSID, Targets: []syntax.NSID{postNSID}}}, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.svc.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	viewer = w.account("viewer")
+	alice := w.account("alice")
+	w.follow(viewer, alice, 1)
+	w.post(alice, 10)
+	armed.Store(true)
+	if err := w.svc.Ensure(ctx, viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(false)
+	if _, fresh, _ := st.FreshViewer(ctx, viewer, "following", w.clock); fresh {
+		t.Fatal("the gap did not land: the viewer is still complete in the database")
+	}
+	// The database says the viewer is due a rebuild; the next read within
+	// the hour runs it.
+	before := w.pds.Requests(viewer, followNSID)
+	w.advance(10 * time.Minute)
+	if err := w.svc.Ensure(ctx, viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if after := w.pds.Requests(viewer, followNSID); after == before {
+		t.Errorf("a read 10 minutes after the gap rebuilt nothing (follows listed %d times before and after): answered from memory", before)
+	}
+}
+
+// markComplete drops what was read before a forgetComplete (a gap, a
+// retirement), the way Ensure's FreshViewer and RegisterViewer paths use
+// it, and keeps what was read after.
+func TestMarkCompleteKeepsNothingReadBeforeAForget(t *testing.T) {
+	w := newWorld(t, Config{})
+	key := viewerKey{w.account("viewer"), "following"}
+	before := w.svc.forgetsNow() // the database read starts
+	w.svc.forgetComplete()       // a gap commits meanwhile
+	w.svc.markComplete(key, w.clock, before)
+	if _, ok := w.svc.complete[key]; ok {
+		t.Fatal("a viewer found complete before the gap is remembered complete after it")
+	}
+	w.svc.markComplete(key, w.clock, w.svc.forgetsNow())
+	if _, ok := w.svc.complete[key]; !ok {
+		t.Fatal("a viewer found complete after the gap is not remembered")
+	}
+}
