@@ -489,3 +489,44 @@ func TestOurContextEndedNeedsAFailure(t *testing.T) {
 		}
 	}
 }
+
+// A viewer whose PDS host is paused by another account's 429 (no request
+// for the viewer was sent) is deferred to the pause's end, with no attempt
+// counted. Before, each such first read counted an attempt, and after
+// MaxAttempts the viewer was given up on, though its own listing was
+// never asked (found by a review).
+func TestAHostPauseCostsAViewerNoAttempt(t *testing.T) {
+	w := newWorld(t, Config{RetryBase: time.Second, MaxAttempts: 2})
+	v1, z, v2 := w.account("v1"), w.account("z"), w.account("v2")
+	w.follow(v1, z, 1)
+	w.post(z, 2)
+	w.follow(v2, z, 3)
+	w.pds.Fail(z, postNSID, pdstest.FaultRateLimited) // Retry-After 7 s
+	ctx := context.Background()
+	if err := w.svc.Ensure(ctx, v1, "following", "c1"); err != nil { // z answers 429: the host pauses
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := w.svc.Ensure(ctx, v2, "following", "c2"); err != nil { // paused: nothing asked
+			t.Fatal(err)
+		}
+		if n := w.pds.Requests(v2, followNSID); n != 0 {
+			t.Fatalf("round %d: v2's follows were asked %d times while the host was paused", i, n)
+		}
+		w.advance(8 * time.Second)
+		w.svc.forgetComplete()
+		w.svc.retryDue(ctx) // z is due again: another 429, another pause
+	}
+	if st, _ := w.store.RegisterViewer(ctx, v2, "following", w.clock); st.Attempts != 0 {
+		t.Fatalf("v2 counted %d attempts (%s) though nothing was asked for it", st.Attempts, st.LastError)
+	}
+	w.advance(time.Minute)
+	w.svc.forgetComplete()
+	w.pds.Fail(z, postNSID, pdstest.FaultNone)
+	if err := w.svc.Ensure(ctx, v2, "following", "c2"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := w.store.RegisterViewer(ctx, v2, "following", w.clock); !st.Complete {
+		t.Errorf("v2 not complete once the host answers: %+v", st)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/pds"
 )
 
 // firstRead is one run of a viewer's first read; concurrent requests share
@@ -240,7 +241,21 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		var notDue *notDueError
-		if errors.As(err, &notDue) {
+		var pe *pds.Error
+		if errors.As(err, &pe) && pe.Kind == pds.KindRateLimited {
+			// The viewer's PDS host limits us (this request's 429, or a
+			// pause another account's 429 began, in which case nothing
+			// was even asked): like a listing, the viewer waits the time
+			// the host asked for with no attempt counted, or a busy
+			// shared host would use up its attempts and have it given up
+			// on while nothing was tried.
+			wait := pe.RetryAfter
+			if wait <= 0 {
+				wait = defaultHostPause
+			}
+			notDue = &notDueError{until: s.cfg.Now().Add(wait), last: err.Error()}
+		}
+		if notDue != nil || errors.As(err, &notDue) {
 			// The viewer's follow listing waits out its own retry time (a
 			// PDS's Retry-After can be long): the viewer waits with it,
 			// without an attempt counted, or a viewer retried on a
