@@ -151,6 +151,17 @@ func (c Config) validateBackfill(fail func(field, format string, args ...any)) {
 			fail(field, "must be positive")
 		}
 	}
+	// A run renews its claim every third of the lease: a lease of a few
+	// nanoseconds made that ticker's interval 0, and the daemon panicked.
+	if d := c.Backfill.FirstReadLease; d > 0 && d < time.Second {
+		fail("backfill.first_read_lease", "must be at least 1s, got %s", d)
+	}
+	// A viewer's last read is written at most once an hour (the backfill
+	// remembers it complete that long): a shorter ttl retired viewers who
+	// were reading.
+	if d := c.Backfill.ViewerTTL; d > 0 && d < 2*time.Hour {
+		fail("backfill.viewer_ttl", "must be at least 2h, got %s", d)
+	}
 	if c.Backfill.Depth > 10_000 {
 		fail("backfill.depth", "must be at most 10000, got %d", c.Backfill.Depth)
 	}
