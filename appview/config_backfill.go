@@ -153,8 +153,8 @@ func (c Config) validateBackfill(fail func(field, format string, args ...any)) {
 	}
 	// A run renews its claim every third of the lease: a lease of a few
 	// nanoseconds made that ticker's interval 0, and the daemon panicked.
-	if d := c.Backfill.FirstReadLease; d > 0 && d < time.Second {
-		fail("backfill.first_read_lease", "must be at least 1s, got %s", d)
+	if d := c.Backfill.FirstReadLease; d > 0 && d < 100*time.Millisecond {
+		fail("backfill.first_read_lease", "must be at least 100ms, got %s", d)
 	}
 	// A viewer's last read is written at most once an hour (the backfill
 	// remembers it complete that long): a shorter ttl retired viewers who

@@ -298,7 +298,7 @@ func TestValidate(t *testing.T) {
 		{"zero read timeout", func(c *Config) { c.Jetstream.ReadTimeout = 0 }, "jetstream.read_timeout: must be positive"},
 		{"zero queue", func(c *Config) { c.Jetstream.QueueSize = 0 }, "jetstream.queue_size: must be between 1 and 1000000"},
 		{"huge queue", func(c *Config) { c.Jetstream.QueueSize = 100_000_000_000 }, "jetstream.queue_size: must be between 1 and 1000000"},
-		{"nanosecond lease", func(c *Config) { c.Backfill.FirstReadLease = 2 }, "backfill.first_read_lease: must be at least 1s, got 2ns"},
+		{"nanosecond lease", func(c *Config) { c.Backfill.FirstReadLease = 2 }, "backfill.first_read_lease: must be at least 100ms, got 2ns"},
 		{"short viewer ttl", func(c *Config) { c.Backfill.ViewerTTL = 30 * time.Minute }, "backfill.viewer_ttl: must be at least 2h, got 30m0s"},
 		{"zero sweep actors", func(c *Config) { c.Sweep.Actors = 0 }, "sweep.actors: must be between 1 and 50000"},
 		{"huge sweep actors", func(c *Config) { c.Sweep.Actors = 1 << 62 }, "sweep.actors: must be between 1 and 50000"},
