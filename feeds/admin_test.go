@@ -2,10 +2,13 @@ package feeds
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 func TestResetJetstreamIsAdoptedNotOverwritten(t *testing.T) {
@@ -316,5 +319,87 @@ func TestAFeedThatFollowsAnotherCollectionIsRebuilt(t *testing.T) {
 	s = mustOpenWith(t, Options{Path: path, Feeds: changed})
 	if n := querySQL[int](t, s, `SELECT count(*) FROM feed_items`); n != 1 {
 		t.Errorf("reopened with the same config: %d feed rows, want 1", n)
+	}
+}
+
+// A target collection that leaves the config (and so the stream's scope)
+// and comes back starts its listings over: the rebuild its return
+// triggers fetches them again and drops what was deleted while it was out
+// of scope. Before, the listings stayed complete and the rebuild skipped
+// them, so a deleted repost came back for good (found by a review).
+func TestACollectionAddedBackIsListedAgain(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	ctx := context.Background()
+	now := time.Unix(1_000, 0)
+	const reposts = syntax.NSID("app.bsky.feed.repost")
+	both := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 200}, {Collection: reposts, Cap: 200}}}}
+	postsOnly := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 200}}}}
+	firstRead := func(s *Store) {
+		t.Helper()
+		if ok, err := s.ClaimFirstRead(ctx, did("v1"), "following", "me", now, time.Minute); !ok || err != nil {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		if _, err := s.CompleteFirstRead(ctx, did("v1"), "following", "me", now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := func(k string) ListedRecord {
+		return ListedRecord{RKey: syntax.RecordKey(k), CID: "bafy" + k, Value: json.RawMessage(`{"$type":"app.bsky.feed.repost"}`)}
+	}
+
+	s := mustOpenWith(t, Options{Path: path, Feeds: both})
+	s.CheckScope(ctx, []string{string(followNSID), string(postNSID), string(reposts)})
+	register(t, s, "v1", "following")
+	apply(t, s, follow("v1", "alice", "f1", 1))
+	// v1's first read lists alice's reposts: r1 and r2, complete.
+	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("alice"), Collection: reposts,
+		Records: []ListedRecord{rec("r2"), rec("r1")}, To: Listing{Host: "h", Round: 1, Page: 1, Complete: true},
+		FetchedAt: now, Span: &KeySpan{}}, now); err != nil {
+		t.Fatal(err)
+	}
+	firstRead(s)
+	if got := feedRKeys(t, s, "following", "v1", reposts); len(got) != 2 {
+		t.Fatalf("feed before = %v", got)
+	}
+	s.Close()
+
+	// Reposts leave the config: the stream stops carrying them. Alice
+	// deletes r1 meanwhile; the store cannot see it (the event, if it
+	// came at all, is ignored).
+	s = mustOpenWith(t, Options{Path: path, Feeds: postsOnly})
+	s.CheckScope(ctx, []string{string(followNSID), string(postNSID)})
+	res := apply(t, s, Change{DID: did("alice"), Collection: reposts, RKey: "r1", Op: OpDelete, Rev: rev(5), TimeUS: 5})
+	if res.Applied != 0 {
+		t.Fatalf("delete of an unconfigured collection applied: %+v", res)
+	}
+	s.Close()
+
+	// Reposts come back: v1 is rebuilt at its next read, and its first
+	// read lists alice's reposts again, as their listing is open.
+	s = mustOpenWith(t, Options{Path: path, Feeds: both})
+	c, _ := s.CheckScope(ctx, []string{string(followNSID), string(postNSID), string(reposts)})
+	if c == nil || !slices.Contains(c.Added, string(reposts)) {
+		t.Fatalf("scope change %+v", c)
+	}
+	l, err := s.ReadListing(ctx, did("alice"), reposts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Complete {
+		t.Fatalf("alice's repost listing is still complete after reposts came back into scope: %+v; "+
+			"the rebuild would not fetch it (the backfill skips a complete listing)", l)
+	}
+	// The new round lists r2 only: the page vouches for every key, and r1
+	// goes.
+	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("alice"), Collection: reposts,
+		Records: []ListedRecord{rec("r2")}, To: Listing{Host: "h", Round: l.Round, Page: 1, Complete: true},
+		FetchedAt: now, Span: &KeySpan{}}, now); err != nil {
+		t.Fatal(err)
+	}
+	firstRead(s)
+	if got := feedRKeys(t, s, "following", "v1", reposts); !slices.Equal(got, []string{"r2"}) {
+		t.Errorf("feed after the rebuild = %v, want [r2]: r1 was deleted while reposts were out of scope", got)
 	}
 }

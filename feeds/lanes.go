@@ -133,6 +133,26 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 			return err
 		}
 	}
+	// A target collection no enabled lane carried was out of the stream's
+	// scope: what changed in it meanwhile never arrived, so its listings,
+	// complete or not, start a new round, which the rebuild of the feeds
+	// that gained it fetches and reconciles (listing_reconcile.go).
+	// Otherwise a collection dropped from the config and added back kept
+	// its listings complete, and the rebuild skipped them.
+	carried := map[syntax.NSID]bool{}
+	for k, on := range enabled {
+		if on {
+			carried[k.collection] = true
+		}
+	}
+	for nsid, collID := range s.targetColls {
+		if carried[nsid] {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE listings SET `+reopenListing+` WHERE collection_id = ?`, collID); err != nil {
+			return fmt.Errorf("reopen listings of %s: %w", nsid, err)
+		}
+	}
 	for _, feed := range gained {
 		if err := s.rebuildViewersOf(ctx, tx, feed); err != nil {
 			return err
