@@ -237,6 +237,14 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 			}
 			return 0, err
 		}
+		if errors.Is(err, feeds.ErrClaimLost) {
+			// A gap released the claim (or another process took it over
+			// after a lapse): nothing to record, the claim is not ours.
+			// The viewer is pending, and its next read runs again.
+			s.metrics.firstRead("claim_lost", took)
+			s.log.Info("first read lost its claim", "viewer", key.viewer, "feed", key.feed)
+			return 0, err
+		}
 		// A run cut off by its time bound still records its failure.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

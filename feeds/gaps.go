@@ -51,6 +51,12 @@ func (w *txWriter) recordGap(g Gap) (bool, error) {
 	for _, q := range []string{
 		`INSERT INTO gaps (detected_us, cursor_us, size_us) VALUES (?1, ?2, ?3)`,
 		`UPDATE viewers SET state = 'pending', attempts = 0, next_retry_us = 0 WHERE state = 'complete'`,
+		// A first read under way builds from follows and listings the gap
+		// made stale: its claim goes, so it cannot complete (ErrClaimLost)
+		// and the viewer's next read runs it again, from the reopened
+		// listings. Else it completed with what it had found complete
+		// before the gap, and was never rebuilt.
+		`UPDATE viewers SET claim_owner = '', claim_until_us = 0 WHERE claim_owner <> ''`,
 		// Every listing, not only the complete ones: pages a round in
 		// progress (or failed, or gone) applied before the gap are as
 		// stale as a finished round's. A run under way finds its next

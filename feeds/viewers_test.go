@@ -2,6 +2,7 @@ package feeds
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -242,5 +243,40 @@ func TestRenewingAFirstReadClaimNeverTakesOne(t *testing.T) {
 	}
 	if ok, _ := s.RenewFirstRead(ctx, did("alice"), "following", "a", now, time.Minute); ok {
 		t.Error("a renewal took b's claim")
+	}
+}
+
+// A first read under way when a gap is recorded cannot complete: the gap
+// releases its claim, so the feed it would build from listings the gap
+// reopened (here alice's, found complete before it) is not marked
+// complete, and the viewer's next read runs again. Before, the run
+// completed and the viewer was never rebuilt (found by a review).
+func TestAFirstReadUnderWayWhenAGapIsRecordedDoesNotComplete(t *testing.T) {
+	s := openViewerMode(t)
+	ctx := context.Background()
+	now := reconcileAsOf
+	register(t, s, "w", "following")
+	register(t, s, "v", "following")
+	apply(t, s, follow("w", "alice", "f1", 1), post("alice", "a1", 2))
+	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("alice"), Collection: postNSID,
+		To: Listing{Host: "h", Round: 1, Page: 1, Complete: true}}, now); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.ClaimFirstRead(ctx, did("v"), "following", "me", now, time.Hour); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	apply(t, s, follow("v", "alice", "g1", 4)) // v's follows listed; alice's posts found complete
+	if ok, err := s.RecordGap(ctx, Gap{Detected: now, CursorUS: 1, Size: 48 * time.Hour}); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if _, err := s.CompleteFirstRead(ctx, did("v"), "following", "me", now); !errors.Is(err, ErrClaimLost) {
+		t.Fatalf("the run completed across the gap (%v)", err)
+	}
+	if st, _ := s.RegisterViewer(ctx, did("v"), "following", now); st.Complete {
+		t.Fatal("v is complete with a feed built from listings the gap reopened")
+	}
+	// The next run claims the viewer at once: nothing holds it.
+	if ok, err := s.ClaimFirstRead(ctx, did("v"), "following", "next", now, time.Hour); !ok || err != nil {
+		t.Fatalf("the next run cannot claim v: %v %v", ok, err)
 	}
 }
