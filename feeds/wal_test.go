@@ -3,7 +3,9 @@ package feeds
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -53,7 +55,14 @@ func TestWALStaysBoundedUnderContinuousWrites(t *testing.T) {
 func TestALongReaderDoesNotStallEveryCommit(t *testing.T) {
 	const walPages = 16
 	path := t.TempDir() + "/appview.db"
-	s := mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds, IndexAll: true, WALPages: walPages})
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	s := mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds, IndexAll: true, WALPages: walPages, Logger: logger})
 	apply(t, s, follow("v", "alice", "f", 1))
 	tx, err := s.reader.BeginTx(context.Background(), nil)
 	if err != nil {
@@ -65,17 +74,34 @@ func TestALongReaderDoesNotStallEveryCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	var slowest time.Duration
-	var slow int
+	var overSecond int
 	for i := range 40 {
 		start := time.Now()
 		apply(t, s, post("alice", fmt.Sprintf("p%d", i), int64(10+i)), post("bob", fmt.Sprintf("q%d", i), int64(10+i)))
 		took := time.Since(start)
 		slowest = max(slowest, took)
 		if took > time.Second {
-			slow++
+			overSecond++
 		}
 	}
-	if slow > 0 {
-		t.Errorf("%d of 40 commits waited over a second for the reader (slowest %v)", slow, slowest)
+	mu.Lock()
+	tries := strings.Count(logs.String(), "restart checkpoint did not complete")
+	mu.Unlock()
+	t.Logf("%d RESTART tries waited for the reader in 40 commits (slowest commit %v)", tries, slowest)
+	if overSecond > 0 {
+		t.Errorf("%d of 40 commits waited over a second for the reader (slowest %v)", overSecond, slowest)
+	}
+	// The WAL grows by a few pages a commit, so it outgrows a further
+	// threshold only every few commits; a RESTART tried on every commit
+	// past the first would wait on nearly all 40. (A review removed the
+	// back-off, and this test, which then looked only for commits over a
+	// second, still passed.)
+	if tries == 0 || tries > 10 {
+		t.Errorf("%d RESTART tries in 40 commits, want a few: one per threshold of growth", tries)
 	}
 }
+
+// writerFunc is an io.Writer made of a function.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
