@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,5 +192,53 @@ func TestIngesterPassesAnIdentityEventsHandle(t *testing.T) {
 	want := []call{{"did:plc:bob234567abcdefghijklmno", "shared.test"}, {"did:plc:carol34567abcdefghijklmn", ""}}
 	if !slices.Equal(calls, want) {
 		t.Fatalf("identityChanged calls %v, want %v", calls, want)
+	}
+}
+
+// A batch is flushed once its records reach maxBatchBytes, whatever its
+// count: the ingester counts each event's record bytes (a review removed
+// the counting and every test still passed, TestBatchIsBoundedInBytes
+// checking only the predicate).
+func TestIngesterFlushesABatchAtItsByteBound(t *testing.T) {
+	ctx := context.Background()
+	store, err := feeds.Open(ctx, feeds.Options{
+		Path: t.TempDir() + "/appview.db", IndexAll: true,
+		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	const n, size = 600, 65_000
+	record := json.RawMessage(`{"$type":"app.bsky.feed.post","text":"` + strings.Repeat("a", size-40) + `"}`)
+	events := make(chan jetstream.Event, n)
+	for i := range n {
+		us := t0 + int64(i)
+		events <- jetstream.Event{
+			DID: syntax.DID(fmt.Sprintf("did:plc:author%020d", i%50)), TimeUS: us, Kind: jetstream.KindCommit,
+			Commit: &jetstream.Commit{
+				Operation: jetstream.OpCreate, Collection: postNSID,
+				RKey: syntax.RecordKey(syntax.NewTID(us, 0)), Rev: string(syntax.NewTID(us, 0)),
+				CID: "bafyreibaowdggfizbfrk2ypwue7e2mw5a3mjn665rxjs6gx7pd7oxfha3y", Record: record,
+			},
+		}
+	}
+	var sizes []int
+	runCtx, cancel := context.WithCancel(ctx)
+	in := &ingester{
+		store: store, batchSize: 100, catchupSize: 30_000, batchInterval: time.Hour,
+		log: slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: time.Now,
+		afterCommit: func(res feeds.BatchResult) {
+			sizes = append(sizes, res.Applied)
+			cancel() // the rest, under batch_size, is flushed as Run stops
+		},
+	}
+	if err := in.Run(runCtx, events); err != nil {
+		t.Fatal(err)
+	}
+	perBatch := (maxBatchBytes + len(record) - 1) / len(record)
+	if len(sizes) != 2 || sizes[0] != perBatch || total(sizes) != n {
+		t.Fatalf("batch sizes %v, want the first at %d events (%d bytes each, bound %d)", sizes, perBatch, len(record), maxBatchBytes)
 	}
 }
