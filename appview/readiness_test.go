@@ -34,12 +34,18 @@ func TestReadinessFollowsConsumer(t *testing.T) {
 	go func() {
 		done <- client.Run(ctx, func() jetstream.Position { return jetstream.Position{} }, events)
 	}()
-	defer func() {
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("run: %v", err)
 		}
-	}()
+	}
+	defer stop()
 	if !js.WaitConnections(1, 10*time.Second) {
 		t.Fatal("consumer did not connect")
 	}
@@ -52,9 +58,15 @@ func TestReadinessFollowsConsumer(t *testing.T) {
 	}
 
 	// Jetstream going away does not make the daemon unready: its feeds
-	// still serve.
+	// still serve. The consumer has noticed by the time Run returns (its
+	// session ended, the connected gauge at 0); checked before that, the
+	// test passed by luck with a readiness that meant "connected now"
+	// (found by a review).
 	js.Close()
-	cancel()
+	stop()
+	if got := gaugeValue(t, reg, connectedMetric); got != 0 {
+		t.Fatalf("the consumer still counts itself connected (%v)", got)
+	}
 	if err := r.Check(context.Background()); err != nil {
 		t.Errorf("after the upstream closed: %v", err)
 	}
@@ -65,4 +77,20 @@ func TestReadinessWithoutFeeds(t *testing.T) {
 	if err := r.Check(context.Background()); err != nil {
 		t.Errorf("a daemon that consumes nothing is ready: %v", err)
 	}
+}
+
+// gaugeValue reads a gauge without labels from reg.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
 }
