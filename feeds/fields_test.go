@@ -238,6 +238,11 @@ func FuzzExtractFieldsMatchesDecoder(f *testing.F) {
 		`{"l\u0061ngs" : [ "e\u006e" , -0 , 10 , 1.5 , false ] }`,
 		`{"n":[1,2,3,99999999999999999999,-7],"createdAt":"2024-01-02T05:04:05+02:00"}`,
 		`{"a":{"b":{"c":{"d":"deep"}}},"langs":{}}`,
+		// Past the values cap inside a nested array: the walk must stop
+		// at every level (a review found the outer array going on).
+		`{"a":[{"b":[{"c":"0"},{"c":"1"},{"c":"2"},{"c":"3"},{"c":"4"},{"c":"5"},{"c":"6"},{"c":"7"},` +
+			`{"c":"8"},{"c":"9"},{"c":"10"},{"c":"11"},{"c":"12"},{"c":"13"},{"c":"14"},{"c":"15"}]},` +
+			`{"b":[{"c":"16"}]},{"b":{"c":"17"}}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -257,4 +262,26 @@ func FuzzExtractFieldsMatchesDecoder(f *testing.F) {
 			t.Fatalf("body %s:\n scan   %#v\n decode %#v", body, got, want)
 		}
 	})
+}
+
+// The cap of MaxFieldValues values per field and record holds when the
+// path crosses two arrays: docs/filters.md's own facets.features.tag, a
+// post with MaxFieldValues tags in its first facet and one in each of 99
+// more. (The walk lost the stop one level up, and stored 115 values.)
+func TestFieldValuesCapHoldsThroughNestedArrays(t *testing.T) {
+	facets := make([]string, 100)
+	for i := range facets {
+		facets[i] = fmt.Sprintf(`{"features":[{"$type":"app.bsky.richtext.facet#tag","tag":"t%d"}]}`, i)
+	}
+	tags := make([]string, MaxFieldValues)
+	for i := range tags {
+		tags[i] = fmt.Sprintf(`{"tag":"first%d"}`, i)
+	}
+	facets[0] = `{"features":[` + strings.Join(tags, ",") + `]}`
+	body := []byte(`{"$type":"app.bsky.feed.post","text":"x","facets":[` + strings.Join(facets, ",") + `]}`)
+	defs := []fieldDef{{id: 1, path: splitFieldPath("facets.features.tag"), kind: FieldEquality}}
+	got, want := extractFields(body, defs)[0], decodedExtract(body, defs)[0]
+	if len(got) != MaxFieldValues || !reflect.DeepEqual(got, want) {
+		t.Fatalf("%d values %v, want the first %d: %v", len(got), got, MaxFieldValues, want)
+	}
 }
