@@ -56,11 +56,23 @@ var ranges = []struct {
 	{netip.MustParsePrefix("fe80::/10"), "link-local"},
 	{netip.MustParsePrefix("fec0::/10"), "site-local"},
 	{netip.MustParsePrefix("ff00::/8"), "multicast"},
+	// Forms that carry an IPv4 address a tunnel or translator may reach,
+	// and that no PDS needs: 6to4 (deprecated, RFC 7526), Teredo, and
+	// IPv4-compatible addresses (deprecated, RFC 4291). A review found
+	// 2002:7f00:1::1 (127.0.0.1 over 6to4) let through.
+	{netip.MustParsePrefix("2002::/16"), "6to4"},
+	{netip.MustParsePrefix("2001::/32"), "Teredo"},
+	{netip.MustParsePrefix("::/96"), "IPv4-compatible"},
 }
 
-// nat64 is the well-known NAT64 prefix: an address in it reaches the IPv4
-// address in its last 32 bits, so that address is what gets checked.
-var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+// translated are prefixes whose addresses reach the IPv4 address in their
+// last 32 bits, so that address is what gets checked: the well-known NAT64
+// prefix, the local-use one (RFC 8215), and SIIT's IPv4-translated form.
+var translated = []netip.Prefix{
+	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
+	netip.MustParsePrefix("::ffff:0:0:0/96"),
+}
 
 // CheckAddr returns a *ForbiddenError when addr is not a public unicast
 // address, and nil when connecting to it is fine.
@@ -76,9 +88,12 @@ func forbiddenReason(addr netip.Addr) string {
 		return "not an IP address"
 	}
 	addr = addr.Unmap().WithZone("")
-	if nat64.Contains(addr) {
-		b := addr.As16()
-		addr = netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+	for _, p := range translated {
+		if p.Contains(addr) {
+			b := addr.As16()
+			addr = netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+			break
+		}
 	}
 	for _, r := range ranges {
 		if r.prefix.Contains(addr) {
