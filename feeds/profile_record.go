@@ -43,20 +43,43 @@ type Blob struct {
 // left out rather than failing the record, so one bad field does not hide
 // the rest. ok is false only when raw is not a JSON object of $type
 // app.bsky.actor.profile.
+//
+// Keys match exactly, as atproto's do: the record is read into maps, not
+// structs, whose encoding/json matching ignores case (and folds "ſ" to
+// "s"), so "DisplayName" beside "displayName" chose the name shown here
+// while Bluesky showed the other (found by a review).
 func ParseProfile(raw json.RawMessage) (f ProfileFields, ok bool) {
-	var rec struct {
-		Type        string          `json:"$type"`
-		DisplayName json.RawMessage `json:"displayName"`
-		Description json.RawMessage `json:"description"`
-		Avatar      json.RawMessage `json:"avatar"`
-	}
-	if json.Unmarshal(raw, &rec) != nil || rec.Type != string(ProfileCollection) {
+	rec, ok := jsonObject(raw)
+	if !ok {
 		return ProfileFields{}, false
 	}
-	f.DisplayName = boundedString(rec.DisplayName, MaxDisplayNameBytes)
-	f.Description = boundedString(rec.Description, MaxDescriptionBytes)
-	f.Avatar = parseBlob(rec.Avatar)
+	var typ string
+	if json.Unmarshal(rec["$type"], &typ) != nil || typ != string(ProfileCollection) {
+		return ProfileFields{}, false
+	}
+	f.DisplayName = boundedString(rec["displayName"], MaxDisplayNameBytes)
+	f.Description = boundedString(rec["description"], MaxDescriptionBytes)
+	f.Avatar = parseBlob(rec["avatar"])
 	return f, true
+}
+
+// jsonObject reads a JSON object's members by their exact keys (the last
+// of a repeated key, as encoding/json has it).
+func jsonObject(raw json.RawMessage) (map[string]json.RawMessage, bool) {
+	var m map[string]json.RawMessage
+	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil || m == nil {
+		return nil, false
+	}
+	return m, true
+}
+
+// jsonStringMember is the string value of key in m, or "".
+func jsonStringMember(m map[string]json.RawMessage, key string) string {
+	var s string
+	if v, ok := m[key]; !ok || json.Unmarshal(v, &s) != nil {
+		return ""
+	}
+	return s
 }
 
 // boundedString is the JSON string in raw, or "" when raw is not a string,
@@ -73,30 +96,30 @@ func boundedString(raw json.RawMessage, maxBytes int) string {
 // "mimeType":…,"size":…}, or the legacy {"cid":…,"mimeType":…} without a
 // size.
 func parseBlob(raw json.RawMessage) *Blob {
-	if len(raw) == 0 {
+	b, ok := jsonObject(raw)
+	if !ok {
 		return nil
 	}
-	var b struct {
-		Type string `json:"$type"`
-		Ref  struct {
-			Link string `json:"$link"`
-		} `json:"ref"`
-		CID      string `json:"cid"`
-		MimeType string `json:"mimeType"`
-		Size     int64  `json:"size"`
-	}
-	if json.Unmarshal(raw, &b) != nil {
-		return nil
-	}
-	cid := b.Ref.Link
-	if b.Type != "blob" {
-		cid = b.CID // the legacy form
+	var cid string
+	if jsonStringMember(b, "$type") == "blob" {
+		ref, ok := jsonObject(b["ref"])
+		if !ok {
+			return nil
+		}
+		cid = jsonStringMember(ref, "$link")
+	} else {
+		cid = jsonStringMember(b, "cid") // the legacy form
 	}
 	if _, err := syntax.ParseCID(cid); err != nil {
 		return nil
 	}
-	if b.MimeType == "" || len(b.MimeType) > maxMimeTypeBytes || !utf8.ValidString(b.MimeType) || b.Size < 0 {
+	var size int64
+	if v, ok := b["size"]; ok && json.Unmarshal(v, &size) != nil {
 		return nil
 	}
-	return &Blob{CID: cid, MimeType: b.MimeType, Size: b.Size}
+	mime := jsonStringMember(b, "mimeType")
+	if mime == "" || len(mime) > maxMimeTypeBytes || !utf8.ValidString(mime) || size < 0 {
+		return nil
+	}
+	return &Blob{CID: cid, MimeType: mime, Size: size}
 }

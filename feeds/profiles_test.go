@@ -33,6 +33,13 @@ func TestParseProfile(t *testing.T) {
 		{"avatar without a mime type", `{"$type":"app.bsky.actor.profile","avatar":{"$type":"blob","ref":{"$link":"` + avatarCID + `"},"size":1}}`,
 			true, ProfileFields{}},
 		{"other type", `{"$type":"app.bsky.feed.post","displayName":"x"}`, false, ProfileFields{}},
+		// Keys match exactly, as Bluesky reads them (a review found
+		// encoding/json's case folding choosing "DisplayName").
+		{"keys in another case are not the fields", `{"$type":"app.bsky.actor.profile","displayName":"Alice","DisplayName":"Mallory","deſcription":"x","AVATAR":{"cid":"` + avatarCID + `","mimeType":"image/png"}}`,
+			true, ProfileFields{DisplayName: "Alice"}},
+		{"$TYPE is not $type", `{"$TYPE":"app.bsky.actor.profile","DISPLAYNAME":"Mallory"}`, false, ProfileFields{}},
+		{"blob keys in another case", `{"$type":"app.bsky.actor.profile","avatar":{"$type":"blob","REF":{"$link":"` + avatarCID + `"},"mimeType":"image/png","size":1}}`,
+			true, ProfileFields{}},
 		{"not an object", `["app.bsky.actor.profile"]`, false, ProfileFields{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
