@@ -304,6 +304,17 @@ func TestAProfileWriteTimingOutFailsOnlyTheFetch(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The next read, past any wait a failure sets, fetches again: the
+	// failed job was finished, not left pending for good (a test review
+	// found this half unchecked).
+	w.clock.Advance(time.Hour)
+	w.hydrate(t, "carol")
+	for w.profileRequests("carol") < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the next read did not fetch again (%d requests)", w.profileRequests("carol"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // A handle can stop verifying without an identity event (its DNS record
