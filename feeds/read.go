@@ -31,20 +31,6 @@ const readRecordsSQL = `
 	FROM records r JOIN actors a ON a.id = r.actor_id
 	WHERE r.id IN (SELECT value FROM json_each(?1))`
 
-// readRecordsInFeedSQL is readRecordsSQL for a page whose keys were read in
-// an earlier snapshot (ReadFeed reads them apart, which costs a page less
-// than a transaction around both): it takes only records the viewer's lane
-// still holds under the key. Without the check, a record deleted after the
-// keys were read whose id went to a new record of the same collection and
-// sort key (createdAt is the author's to choose) was shown under the old
-// key, to a viewer who may not follow its author
-// (TestPageNeverShowsARecordUnderAReusedID). ?2 is the viewer's DID, ?3
-// the lane.
-const readRecordsInFeedSQL = readRecordsSQL + `
-	AND EXISTS (SELECT 1 FROM feed_items fi
-		WHERE fi.viewer_id = (SELECT id FROM actors WHERE did = ?2) AND fi.target_id = ?3
-		AND fi.sort_us = r.sort_us AND fi.record_id = r.id)`
-
 // ReadFeed returns one page of a viewer's feed, newest first. A viewer the
 // store has never seen has an empty feed. It returns ErrUnknownLane for a
 // feed or collection the configuration does not declare.
@@ -84,7 +70,7 @@ func (s *Store) ReadFeed(ctx context.Context, q PageQuery) (Page, error) {
 	if more {
 		keys = keys[:q.Limit]
 	}
-	items, err := s.pageItems(ctx, pageRecords{stmt: s.reads.recordsInFeed, args: []any{string(q.Viewer), l.id}, epoch: epoch, cached: true}, l, keys)
+	items, err := s.pageItems(ctx, pageRecords{stmt: s.reads.records, epoch: epoch, cached: true}, l, keys)
 	if err != nil {
 		return Page{}, err
 	}
@@ -119,24 +105,22 @@ func (s *Store) readPageKeys(ctx context.Context, q PageQuery, l *lane, before P
 	return keys, nil
 }
 
-// pageRecords says where pageItems gets records: stmt is
-// readRecordsInFeedSQL on the read pool, with args, or readRecordsSQL bound
-// to the caller's transaction; epoch is the
+// pageRecords says where pageItems gets records: stmt is readRecordsSQL
+// on the read pool or bound to the caller's transaction; epoch is the
 // record cache's, taken before the keys were read; cached says the cache
 // may serve them (it is filled either way).
 type pageRecords struct {
 	stmt   *sql.Stmt
-	args   []any // after the ids
 	epoch  uint64
 	cached bool
 }
 
 // pageItems turns page keys into items, from the record cache or, for the
 // records it misses, from one query, which fills the cache. A key whose
-// record is gone, whose id now names another record (a deleted record's
-// id is handed to the next one), or that the lane no longer holds
-// (readRecordsInFeedSQL) has no item: all happen only when the record was
-// deleted after the keys were read, and the page shows that newer state.
+// record is gone, or whose id now names another record (a deleted
+// record's id is handed to the next one), has no item: both happen only
+// when the record was deleted after the keys were read, and the page
+// shows that newer state.
 func (s *Store) pageItems(ctx context.Context, src pageRecords, l *lane, keys []PageKey) ([]Item, error) {
 	recs := make([]*cachedRecord, len(keys))
 	// Hits are taken only if no commit changing records was under way
@@ -197,7 +181,7 @@ func (s *Store) readMissing(ctx context.Context, src pageRecords, collection str
 		at[id] = append(at[id], i)
 	}
 	ids = append(ids, ']')
-	rows, err := src.stmt.QueryContext(ctx, append([]any{string(ids)}, src.args...)...)
+	rows, err := src.stmt.QueryContext(ctx, string(ids))
 	if err != nil {
 		return fmt.Errorf("read feed records: %w", err)
 	}
@@ -239,10 +223,9 @@ func (s *Store) readMissing(ctx context.Context, src pageRecords, collection str
 // pool (database/sql prepares them again on each pooled connection as it
 // is first used): parsing the page query cost about a quarter of a page.
 type readStatements struct {
-	viewerID      *sql.Stmt
-	page          *sql.Stmt
-	records       *sql.Stmt
-	recordsInFeed *sql.Stmt
+	viewerID *sql.Stmt
+	page     *sql.Stmt
+	records  *sql.Stmt
 }
 
 func prepareReads(ctx context.Context, db *sql.DB) (*readStatements, error) {
@@ -258,12 +241,6 @@ func prepareReads(ctx context.Context, db *sql.DB) (*readStatements, error) {
 	if r.records, err = db.PrepareContext(ctx, readRecordsSQL); err != nil {
 		r.viewerID.Close()
 		r.page.Close()
-		return nil, fmt.Errorf("prepare page records read: %w", err)
-	}
-	if r.recordsInFeed, err = db.PrepareContext(ctx, readRecordsInFeedSQL); err != nil {
-		r.viewerID.Close()
-		r.page.Close()
-		r.records.Close()
 		return nil, fmt.Errorf("prepare page records read: %w", err)
 	}
 	return &r, nil
