@@ -63,14 +63,17 @@ var ranges = []struct {
 	{netip.MustParsePrefix("2002::/16"), "6to4"},
 	{netip.MustParsePrefix("2001::/32"), "Teredo"},
 	{netip.MustParsePrefix("::/96"), "IPv4-compatible"},
+	// Local-use NAT64 (RFC 8215) may embed the IPv4 address at any of
+	// RFC 6052's positions (prefix /48, /56, /64 …), not only in the last
+	// 32 bits: it is meant for a network's own translators, and refused.
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64"},
 }
 
 // translated are prefixes whose addresses reach the IPv4 address in their
 // last 32 bits, so that address is what gets checked: the well-known NAT64
-// prefix, the local-use one (RFC 8215), and SIIT's IPv4-translated form.
+// prefix, and SIIT's IPv4-translated form.
 var translated = []netip.Prefix{
 	netip.MustParsePrefix("64:ff9b::/96"),
-	netip.MustParsePrefix("64:ff9b:1::/48"),
 	netip.MustParsePrefix("::ffff:0:0:0/96"),
 }
 

@@ -238,21 +238,22 @@ func TestCheckAddr(t *testing.T) {
 		// IPv4 carried in other IPv6 forms (a review found all of these
 		// let through): 6to4, IPv4-compatible, local-use NAT64 (RFC
 		// 8215), SIIT, Teredo.
-		"2002:7f00:1::1":      "6to4",
-		"2002:a9fe:a9fe::1":   "6to4",
-		"2002:808:808::1":     "6to4",
-		"::7f00:1":            "IPv4-compatible",
-		"::a00:1":             "IPv4-compatible",
-		"64:ff9b:1::a00:1":    "private",
-		"64:ff9b:1::808:808":  "",
-		"::ffff:0:a00:1":      "private",
-		"::ffff:0:808:808":    "",
-		"2001:0:4136:e378::1": "Teredo",
-		"8.8.8.8":             "",
-		"172.32.0.1":          "",
-		"100.128.0.1":         "",
-		"2606:4700::1111":     "",
-		"64:ff9b::808:808":    "",
+		"2002:7f00:1::1":         "6to4",
+		"2002:a9fe:a9fe::1":      "6to4",
+		"2002:808:808::1":        "6to4",
+		"::7f00:1":               "IPv4-compatible",
+		"::a00:1":                "IPv4-compatible",
+		"64:ff9b:1::a00:1":       "local-use NAT64",
+		"64:ff9b:1::808:808":     "local-use NAT64",
+		"64:ff9b:1:0:7f:0:100:0": "local-use NAT64", // 127.0.0.1 under a /64 prefix
+		"::ffff:0:a00:1":         "private",
+		"::ffff:0:808:808":       "",
+		"2001:0:4136:e378::1":    "Teredo",
+		"8.8.8.8":                "",
+		"172.32.0.1":             "",
+		"100.128.0.1":            "",
+		"2606:4700::1111":        "",
+		"64:ff9b::808:808":       "",
 	} {
 		err := CheckAddr(netip.MustParseAddr(addr))
 		var ferr *ForbiddenError
