@@ -332,11 +332,11 @@ func TestKnownViewerIsServedWithoutAWriteAfterARestart(t *testing.T) {
 }
 
 // A viewer whose follow listing waits out a PDS's Retry-After, longer than
-// the viewer's own retry schedule, waits with it: no attempt is counted,
-// for the 429 nor while the listing is not due, so the viewer is not given
-// up on while nothing was tried, and its feed is built once the PDS
-// answers. (A PDS that limits us for good keeps its viewers waiting: each
-// read after its Retry-After asks once more.)
+// the viewer's own retry schedule, waits with it: no attempt is counted
+// while the listing is not due, so the viewer is not given up on while
+// nothing was tried, and its feed is built once the PDS answers. The 429
+// itself counts one: a PDS that always answers 429 has its viewer given
+// up on like any failing one.
 func TestViewerWaitsForItsListingWithoutUsingAttempts(t *testing.T) {
 	w := newWorld(t, Config{RetryBase: time.Second, MaxAttempts: 2})
 	viewer := w.account("viewer")
@@ -354,8 +354,8 @@ func TestViewerWaitsForItsListingWithoutUsingAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Attempts != 0 {
-		t.Errorf("viewer attempts = %d, want 0: a rate limit costs no attempt (5c90680)", st.Attempts)
+	if st.Attempts != 1 {
+		t.Errorf("viewer attempts = %d, want 1: only the request that met the 429 counts", st.Attempts)
 	}
 	w.pds.Fail(viewer, followNSID, pdstest.FaultNone)
 	w.advance(10 * time.Second)
@@ -530,5 +530,32 @@ func TestAHostPauseCostsAViewerNoAttempt(t *testing.T) {
 	}
 	if st, _ := w.store.RegisterViewer(ctx, v2, "following", w.clock); !st.Complete {
 		t.Errorf("v2 not complete once the host answers: %+v", st)
+	}
+}
+
+// A viewer whose own PDS answers every follow listing with 429 is given up
+// on after MaxAttempts, like any failing viewer: a 429 to its own request
+// counts (only a host pause begun by another account's 429 does not).
+// Counting none retried it at every read past each Retry-After, for good
+// (found by a review of 5c90680).
+func TestAViewerWhosePDSAlwaysRateLimitsIsGivenUp(t *testing.T) {
+	w := newWorld(t, Config{RetryBase: time.Second, MaxAttempts: 2})
+	viewer := w.account("viewer")
+	w.follow(viewer, w.account("acct"), 1)
+	w.pds.Fail(viewer, followNSID, pdstest.FaultRateLimited) // Retry-After: 7 s
+	ctx := context.Background()
+	for range 20 {
+		if err := w.svc.Ensure(ctx, viewer, "following", "test"); err != nil {
+			t.Fatal(err)
+		}
+		w.advance(time.Minute)
+		w.svc.forgetComplete()
+	}
+	st, _ := w.store.RegisterViewer(ctx, viewer, "following", w.clock)
+	if st.Attempts < 2 {
+		t.Errorf("viewer attempts %d after 20 reads against an always-429 PDS, want MaxAttempts (2)", st.Attempts)
+	}
+	if n := w.pds.Requests(viewer, followNSID); n > 2 {
+		t.Errorf("the always-429 PDS was asked %d times, want at most MaxAttempts (2)", n)
 	}
 }

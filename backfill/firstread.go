@@ -250,13 +250,14 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 		defer cancel()
 		var notDue *notDueError
 		var pe *pds.Error
-		if errors.As(err, &pe) && pe.Kind == pds.KindRateLimited {
-			// The viewer's PDS host limits us (this request's 429, or a
-			// pause another account's 429 began, in which case nothing
-			// was even asked): like a listing, the viewer waits the time
-			// the host asked for with no attempt counted, or a busy
-			// shared host would use up its attempts and have it given up
-			// on while nothing was tried.
+		if errors.As(err, &pe) && pe.Kind == pds.KindRateLimited && errors.Is(err, errHostPaused) {
+			// The viewer's PDS host is paused by another account's 429:
+			// nothing was asked for this viewer. It waits the time the
+			// host asked for with no attempt counted, or a busy shared
+			// host would use up its attempts and have it given up on
+			// while nothing was tried. (A 429 to the viewer's own request
+			// counts, as any failure: else a PDS that always answers 429
+			// had its viewer retried at every read for good.)
 			wait := pe.RetryAfter
 			if wait <= 0 {
 				wait = defaultHostPause
