@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -401,5 +402,72 @@ func TestACollectionAddedBackIsListedAgain(t *testing.T) {
 	firstRead(s)
 	if got := feedRKeys(t, s, "following", "v1", reposts); !slices.Equal(got, []string{"r2"}) {
 		t.Errorf("feed after the rebuild = %v, want [r2]: r1 was deleted while reposts were out of scope", got)
+	}
+}
+
+// A follow collection that leaves the config and comes back starts its
+// listings over, like a target collection: the rebuild lists the viewers'
+// follows again and drops the ones deleted while it was out of scope.
+// Before, they stayed complete and the rebuild used the stale follows
+// (found by a review of 863a801).
+func TestAFollowCollectionAddedBackIsListedAgain(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	ctx := context.Background()
+	now := time.Unix(1_000, 0)
+	orig := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 200}}}}
+	other := []Feed{{Name: "following", FollowCollection: "com.example.follow", MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 200}}}}
+	firstRead := func(s *Store) {
+		t.Helper()
+		if ok, err := s.ClaimFirstRead(ctx, did("v1"), "following", "me", now, time.Minute); !ok || err != nil {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		if _, err := s.CompleteFirstRead(ctx, did("v1"), "following", "me", now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := mustOpenWith(t, Options{Path: path, Feeds: orig})
+	s.CheckScope(ctx, []string{string(followNSID), string(postNSID)})
+	register(t, s, "v1", "following")
+	// v1's follow listing: f1 -> alice, complete.
+	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("v1"), Collection: followNSID,
+		Records: []ListedRecord{{RKey: "f1", CID: "bafyf1", Subject: did("alice"),
+			Value: json.RawMessage(fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q}`, did("alice")))}},
+		To: Listing{Host: "h", Round: 1, Page: 1, Complete: true}, FetchedAt: now, Span: &KeySpan{}}, now); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, post("alice", "p1", 2))
+	firstRead(s)
+	if got := feedRKeys(t, s, "following", "v1", postNSID); len(got) != 1 {
+		t.Fatalf("feed before = %v", got)
+	}
+	s.Close()
+
+	s = mustOpenWith(t, Options{Path: path, Feeds: other})
+	s.CheckScope(ctx, []string{"com.example.follow", string(postNSID)})
+	apply(t, s, unfollow("v1", "f1", 5)) // out of scope: not seen
+	s.Close()
+
+	s = mustOpenWith(t, Options{Path: path, Feeds: orig})
+	s.CheckScope(ctx, []string{string(followNSID), string(postNSID)})
+	l, err := s.ReadListing(ctx, did("v1"), followNSID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Complete {
+		t.Fatalf("v1's follow listing still complete after the follow collection came back: %+v", l)
+	}
+	if st, _ := s.RegisterViewer(ctx, did("v1"), "following", now); st.Complete {
+		t.Fatal("v1 is not rebuilt")
+	}
+	// The rebuild lists v1's follows again: none now.
+	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("v1"), Collection: followNSID,
+		To: Listing{Host: "h", Round: l.Round, Page: 1, Complete: true}, FetchedAt: now, Span: &KeySpan{}}, now); err != nil {
+		t.Fatal(err)
+	}
+	firstRead(s)
+	if got := feedRKeys(t, s, "following", "v1", postNSID); len(got) != 0 {
+		t.Errorf("feed after the rebuild = %v: v1 unfollowed alice while follows were out of scope", got)
 	}
 }

@@ -139,16 +139,28 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 	// that gained it fetches and reconciles (listing_reconcile.go).
 	// Otherwise a collection dropped from the config and added back kept
 	// its listings complete, and the rebuild skipped them.
+	// The same holds for a follow collection no enabled lane followed:
+	// its listings (the viewers' follows) are as stale.
 	carried := map[syntax.NSID]bool{}
+	carriedFollows := map[int64]bool{}
 	for k, on := range enabled {
 		if on {
 			carried[k.collection] = true
+			carriedFollows[followedBy[k]] = true
 		}
 	}
+	reopen := map[syntax.NSID]int64{}
 	for nsid, collID := range s.targetColls {
-		if carried[nsid] {
-			continue
+		if !carried[nsid] {
+			reopen[nsid] = collID
 		}
+	}
+	for nsid, collID := range s.followColls {
+		if !carriedFollows[collID] {
+			reopen[nsid] = collID
+		}
+	}
+	for nsid, collID := range reopen {
 		if _, err := tx.ExecContext(ctx, `UPDATE listings SET `+reopenListing+` WHERE collection_id = ?`, collID); err != nil {
 			return fmt.Errorf("reopen listings of %s: %w", nsid, err)
 		}
