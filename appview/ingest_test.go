@@ -159,15 +159,7 @@ func total(xs []int) (n int) {
 // (directory.PurgeIdentity).
 func TestIngesterPassesAnIdentityEventsHandle(t *testing.T) {
 	ctx := context.Background()
-	store, err := feeds.Open(ctx, feeds.Options{
-		Path: t.TempDir() + "/appview.db", IndexAll: true,
-		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openIndexAllStore(t)
 	events := make(chan jetstream.Event, 2)
 	events <- jetstream.Event{DID: "did:plc:bob234567abcdefghijklmno", TimeUS: t0, Kind: jetstream.KindIdentity,
 		Identity: &jetstream.Identity{Handle: "shared.test"}}
@@ -201,15 +193,7 @@ func TestIngesterPassesAnIdentityEventsHandle(t *testing.T) {
 // checking only the predicate).
 func TestIngesterFlushesABatchAtItsByteBound(t *testing.T) {
 	ctx := context.Background()
-	store, err := feeds.Open(ctx, feeds.Options{
-		Path: t.TempDir() + "/appview.db", IndexAll: true,
-		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openIndexAllStore(t)
 	const n, size = 600, 65_000
 	record := json.RawMessage(`{"$type":"app.bsky.feed.post","text":"` + strings.Repeat("a", size-40) + `"}`)
 	events := make(chan jetstream.Event, n)
@@ -241,4 +225,20 @@ func TestIngesterFlushesABatchAtItsByteBound(t *testing.T) {
 	if len(sizes) != 2 || sizes[0] != perBatch || total(sizes) != n {
 		t.Fatalf("batch sizes %v, want the first at %d events (%d bytes each, bound %d)", sizes, perBatch, len(record), maxBatchBytes)
 	}
+}
+
+// openIndexAllStore opens a store in index_all mode with one feed of
+// posts, closed when the test ends.
+func openIndexAllStore(t *testing.T) *feeds.Store {
+	t.Helper()
+	store, err := feeds.Open(context.Background(), feeds.Options{
+		Path: t.TempDir() + "/appview.db", IndexAll: true,
+		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return store
 }

@@ -337,15 +337,6 @@ func TestACollectionAddedBackIsListedAgain(t *testing.T) {
 		Targets: []Target{{Collection: postNSID, Cap: 200}, {Collection: reposts, Cap: 200}}}}
 	postsOnly := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
 		Targets: []Target{{Collection: postNSID, Cap: 200}}}}
-	firstRead := func(s *Store) {
-		t.Helper()
-		if ok, err := s.ClaimFirstRead(ctx, did("v1"), "following", "me", now, time.Minute); !ok || err != nil {
-			t.Fatalf("claim: %v %v", ok, err)
-		}
-		if _, err := s.CompleteFirstRead(ctx, did("v1"), "following", "me", now); err != nil {
-			t.Fatal(err)
-		}
-	}
 	rec := func(k string) ListedRecord {
 		return ListedRecord{RKey: syntax.RecordKey(k), CID: "bafy" + k, Value: json.RawMessage(`{"$type":"app.bsky.feed.repost"}`)}
 	}
@@ -360,7 +351,7 @@ func TestACollectionAddedBackIsListedAgain(t *testing.T) {
 		FetchedAt: now, Span: &KeySpan{}}, now); err != nil {
 		t.Fatal(err)
 	}
-	firstRead(s)
+	completeFirstRead(t, s, "v1", now)
 	if got := feedRKeys(t, s, "following", "v1", reposts); len(got) != 2 {
 		t.Fatalf("feed before = %v", got)
 	}
@@ -399,7 +390,7 @@ func TestACollectionAddedBackIsListedAgain(t *testing.T) {
 		FetchedAt: now, Span: &KeySpan{}}, now); err != nil {
 		t.Fatal(err)
 	}
-	firstRead(s)
+	completeFirstRead(t, s, "v1", now)
 	if got := feedRKeys(t, s, "following", "v1", reposts); !slices.Equal(got, []string{"r2"}) {
 		t.Errorf("feed after the rebuild = %v, want [r2]: r1 was deleted while reposts were out of scope", got)
 	}
@@ -418,15 +409,6 @@ func TestAFollowCollectionAddedBackIsListedAgain(t *testing.T) {
 		Targets: []Target{{Collection: postNSID, Cap: 200}}}}
 	other := []Feed{{Name: "following", FollowCollection: "com.example.follow", MergeLimit: 100,
 		Targets: []Target{{Collection: postNSID, Cap: 200}}}}
-	firstRead := func(s *Store) {
-		t.Helper()
-		if ok, err := s.ClaimFirstRead(ctx, did("v1"), "following", "me", now, time.Minute); !ok || err != nil {
-			t.Fatalf("claim: %v %v", ok, err)
-		}
-		if _, err := s.CompleteFirstRead(ctx, did("v1"), "following", "me", now); err != nil {
-			t.Fatal(err)
-		}
-	}
 	s := mustOpenWith(t, Options{Path: path, Feeds: orig})
 	s.CheckScope(ctx, []string{string(followNSID), string(postNSID)})
 	register(t, s, "v1", "following")
@@ -438,7 +420,7 @@ func TestAFollowCollectionAddedBackIsListedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	apply(t, s, post("alice", "p1", 2))
-	firstRead(s)
+	completeFirstRead(t, s, "v1", now)
 	if got := feedRKeys(t, s, "following", "v1", postNSID); len(got) != 1 {
 		t.Fatalf("feed before = %v", got)
 	}
@@ -466,8 +448,21 @@ func TestAFollowCollectionAddedBackIsListedAgain(t *testing.T) {
 		To: Listing{Host: "h", Round: l.Round, Page: 1, Complete: true}, FetchedAt: now, Span: &KeySpan{}}, now); err != nil {
 		t.Fatal(err)
 	}
-	firstRead(s)
+	completeFirstRead(t, s, "v1", now)
 	if got := feedRKeys(t, s, "following", "v1", postNSID); len(got) != 0 {
 		t.Errorf("feed after the rebuild = %v: v1 unfollowed alice while follows were out of scope", got)
+	}
+}
+
+// completeFirstRead claims and completes a viewer's first read, as the
+// backfill does once its listings are stored.
+func completeFirstRead(t *testing.T, s *Store, viewer string, now time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	if ok, err := s.ClaimFirstRead(ctx, did(viewer), "following", "me", now, time.Minute); !ok || err != nil {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	if _, err := s.CompleteFirstRead(ctx, did(viewer), "following", "me", now); err != nil {
+		t.Fatal(err)
 	}
 }
