@@ -38,6 +38,9 @@ type world struct {
 	clock time.Time
 	// gate, when set, sees every PDS and PLC request before it is sent.
 	gate atomic.Value // func(*http.Request)
+	// onNow, when set, sees every reading of the service's clock: a test
+	// commits something at a point in a run through it.
+	onNow atomic.Value // func(time.Time)
 	// stop ends the service's Run and waits for it to return.
 	stop func()
 }
@@ -80,7 +83,15 @@ func newWorld(t *testing.T, cfg Config) *world {
 	httpc := egress.NewClient(egress.Options{AllowPrivateNetworks: true, Timeout: 5 * time.Second})
 	httpc.Transport = gatedTransport{w: w, next: httpc.Transport}
 	dir := directory.New(directory.Config{PLCURL: w.plc.URL(), HTTPClient: httpc, AllowPrivateNetworks: true, SkipHandleVerification: true})
-	cfg.Now = func() time.Time { w.mu.Lock(); defer w.mu.Unlock(); return w.clock }
+	cfg.Now = func() time.Time {
+		w.mu.Lock()
+		now := w.clock
+		w.mu.Unlock()
+		if f, ok := w.onNow.Load().(func(time.Time)); ok {
+			f(now)
+		}
+		return now
+	}
 	if cfg.FirstReadWait == 0 {
 		cfg.FirstReadWait = 20 * time.Second
 	}

@@ -7,13 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/atfeeds/appview/directory"
-	"github.com/atfeeds/appview/directory/plctest"
-	"github.com/atfeeds/appview/egress"
 	"github.com/atfeeds/appview/feeds"
-	"github.com/atfeeds/appview/pds"
-	"github.com/atfeeds/appview/pds/pdstest"
-	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // A gap committed between a first read's CompleteFirstRead and its
@@ -25,49 +19,24 @@ import (
 // RegisterViewer) and its markComplete; here the clock's hook commits the
 // gap right after the first read did.
 func TestAGapJustAfterAFirstReadCompletesIsNotHidden(t *testing.T) {
-	w := &world{plc: plctest.NewServer(), pds: pdstest.NewServer(), clock: time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)}
-	t.Cleanup(w.plc.Close)
-	t.Cleanup(w.pds.Close)
-	st, err := feeds.Open(context.Background(), feeds.Options{
-		Path: t.TempDir() + "/appview.db",
-		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	w.store = st
-	httpc := egress.NewClient(egress.Options{AllowPrivateNetworks: true, Timeout: 5 * time.Second})
-	dir := directory.New(directory.Config{PLCURL: w.plc.URL(), HTTPClient: httpc, AllowPrivateNetworks: true, SkipHandleVerification: true})
+	w := newWorld(t, Config{})
+	ctx := context.Background()
+	viewer := w.account("viewer")
 	var armed atomic.Bool
 	var once sync.Once
-	var viewer syntax.DID
-	cfg := Config{FirstReadWait: 20 * time.Second}
-	cfg.Now = func() time.Time {
-		w.mu.Lock()
-		now := w.clock
-		w.mu.Unlock()
-		if armed.Load() {
-			if _, fresh, _ := st.FreshViewer(context.Background(), viewer, "following", now); fresh {
-				once.Do(func() {
-					// The gap lands just after the first read committed.
-					if _, err := st.RecordGap(context.Background(), feeds.Gap{Detected: now, CursorUS: 1, Size: time.Hour}); err != nil {
-						t.Error(err)
-					}
-				})
-			}
+	w.onNow.Store(func(now time.Time) {
+		if !armed.Load() {
+			return
 		}
-		return now
-	}
-	w.svc = New(cfg, st, dir, pds.NewClient(httpc, pds.Options{Timeout: 2 * time.Second}),
-		[]Feed{{Name: "following", FollowCollection: followNSID, Targets: []syntax.NSID{postNSID}}}, nil, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { w.svc.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	viewer = w.account("viewer")
+		if _, fresh, _ := w.store.FreshViewer(ctx, viewer, "following", now); fresh {
+			once.Do(func() {
+				// The gap lands just after the first read committed.
+				if _, err := w.store.RecordGap(ctx, feeds.Gap{Detected: now, CursorUS: 1, Size: time.Hour}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	})
 	alice := w.account("alice")
 	w.follow(viewer, alice, 1)
 	w.post(alice, 10)
@@ -76,7 +45,7 @@ func TestAGapJustAfterAFirstReadCompletesIsNotHidden(t *testing.T) {
 		t.Fatal(err)
 	}
 	armed.Store(false)
-	if _, fresh, _ := st.FreshViewer(ctx, viewer, "following", w.clock); fresh {
+	if _, fresh, _ := w.store.FreshViewer(ctx, viewer, "following", w.clock); fresh {
 		t.Fatal("the gap did not land: the viewer is still complete in the database")
 	}
 	// The database says the viewer is due a rebuild; the next read within
