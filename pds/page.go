@@ -146,11 +146,7 @@ func (r *pageRecords) UnmarshalJSON(b []byte) error {
 	for i := 1; i < len(b); i++ {
 		switch b[i] {
 		case '"':
-			for i++; i < len(b) && b[i] != '"'; i++ {
-				if b[i] == '\\' {
-					i++
-				}
-			}
+			i = closingQuote(b, i)
 		case '{', '[':
 			depth++
 		case '}', ']':
@@ -234,11 +230,7 @@ func deeperThan(v []byte, max int) bool {
 	for i := 0; i < len(v); i++ {
 		switch v[i] {
 		case '"':
-			for i++; i < len(v) && v[i] != '"'; i++ {
-				if v[i] == '\\' {
-					i++
-				}
-			}
+			i = closingQuote(v, i)
 		case '{', '[':
 			if depth++; depth > max {
 				return true
@@ -248,4 +240,16 @@ func deeperThan(v []byte, max int) bool {
 		}
 	}
 	return false
+}
+
+// closingQuote is the index of the quote that closes the JSON string
+// opening at b[i] (len(b) if none): the scans above step over strings, so
+// brackets and commas inside them count for nothing.
+func closingQuote(b []byte, i int) int {
+	for i++; i < len(b) && b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
+		}
+	}
+	return i
 }
