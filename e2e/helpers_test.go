@@ -4,10 +4,10 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"debug/buildinfo"
 	"encoding/json"
 	"fmt"
+	"github.com/atfeeds/appview/internal/syncbuf"
 	"io"
 	"net"
 	"net/http"
@@ -271,33 +271,16 @@ func freeAddr(t *testing.T) string {
 // for failure messages.
 type process struct {
 	cmd    *exec.Cmd
-	output *lockedBuffer
+	output *syncbuf.Buffer
 	done   chan struct{}
 	err    error
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // start runs cmd in its own process group; the cleanup kills the group
 // if the test has not stopped it.
 func start(t *testing.T, cmd *exec.Cmd) *process {
 	t.Helper()
-	p := &process{cmd: cmd, output: new(lockedBuffer), done: make(chan struct{})}
+	p := &process{cmd: cmd, output: new(syncbuf.Buffer), done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.output, p.output
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -3,6 +3,7 @@ package feeds
 import (
 	"context"
 	"fmt"
+	"github.com/atfeeds/appview/internal/syncbuf"
 	"log/slog"
 	"os"
 	"strings"
@@ -55,13 +56,8 @@ func TestWALStaysBoundedUnderContinuousWrites(t *testing.T) {
 func TestALongReaderDoesNotStallEveryCommit(t *testing.T) {
 	const walPages = 16
 	path := t.TempDir() + "/appview.db"
-	var logs strings.Builder
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logs.Write(p)
-	}), nil))
+	var logs syncbuf.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	s := mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds, IndexAll: true, WALPages: walPages, Logger: logger})
 	apply(t, s, follow("v", "alice", "f", 1))
 	tx, err := s.reader.BeginTx(context.Background(), nil)
@@ -84,9 +80,7 @@ func TestALongReaderDoesNotStallEveryCommit(t *testing.T) {
 			overSecond++
 		}
 	}
-	mu.Lock()
 	tries := strings.Count(logs.String(), "restart checkpoint did not complete")
-	mu.Unlock()
 	t.Logf("%d RESTART tries waited for the reader in 40 commits (slowest commit %v)", tries, slowest)
 	if overSecond > 0 {
 		t.Errorf("%d of 40 commits waited over a second for the reader (slowest %v)", overSecond, slowest)
@@ -100,8 +94,3 @@ func TestALongReaderDoesNotStallEveryCommit(t *testing.T) {
 		t.Errorf("%d RESTART tries in 40 commits, want a few: one per threshold of growth", tries)
 	}
 }
-
-// writerFunc is an io.Writer made of a function.
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

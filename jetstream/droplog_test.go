@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"github.com/atfeeds/appview/internal/syncbuf"
 	"log/slog"
 	"strings"
 	"testing"
@@ -8,7 +9,7 @@ import (
 )
 
 func TestDropLoggerRateLimitsPerReason(t *testing.T) {
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	now := time.Unix(0, 0)
 	l := newDropLogger(slog.New(slog.NewTextHandler(&buf, nil)), 10*time.Second, func() time.Time { return now })
 	ev := &Event{}

@@ -1,8 +1,8 @@
 package jetstream
 
 import (
-	"bytes"
 	"context"
+	"github.com/atfeeds/appview/internal/syncbuf"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -106,29 +106,11 @@ func holdOpen(conn *websocket.Conn) {
 	}
 }
 
-// syncBuffer is a log sink safe for the client's goroutine and the test's.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // harness runs a Client against fake servers with instant backoff.
 type harness struct {
 	client  *Client
 	metrics *Metrics
-	logs    *syncBuffer
+	logs    *syncbuf.Buffer
 	out     chan Event
 	cancel  context.CancelFunc
 	done    chan error
@@ -140,7 +122,7 @@ type harness struct {
 func startClient(t *testing.T, cfg Config, resume func() Position, outCap int) *harness {
 	t.Helper()
 	h := &harness{
-		logs: &syncBuffer{},
+		logs: &syncbuf.Buffer{},
 		out:  make(chan Event, outCap),
 		done: make(chan error, 1),
 	}

@@ -3,10 +3,10 @@ package xrpc
 import (
 	"bytes"
 	"context"
+	"github.com/atfeeds/appview/internal/syncbuf"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +29,7 @@ func (g gateFunc) Ensure(ctx context.Context, _ syntax.DID, _, _ string) error {
 // and fired any alert on 5xx (found by a review).
 func TestGetFeedClientGoneIsNotA500(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cfg := testConfig(filterStore(t, false))
 	cfg.Registerer = reg
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -79,22 +79,4 @@ func TestGetFeedFirstReadWhileStoppingIs503(t *testing.T) {
 		!bytes.Contains(res.Body, []byte(`"error":"NotEnoughResources"`)) {
 		t.Fatalf("status %d, Retry-After %q, body %s; want 503 with Retry-After", res.Status, res.Header.Get("Retry-After"), res.Body)
 	}
-}
-
-// syncBuffer is a log sink safe for the server's goroutines and the test's.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/atfeeds/appview/internal/syncbuf"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -121,10 +122,10 @@ func TestBackfillInterruptedAndResumed(t *testing.T) {
 	pds.hangOn(alice, followNSID, 3) // pages 1 and 2 answer, page 3 hangs
 
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"backfill", "--actor", "alice.test"}, env, new(syncBuffer), &stderr)
+		done <- run(ctx, []string{"backfill", "--actor", "alice.test"}, env, new(syncbuf.Buffer), &stderr)
 	}()
 	select {
 	case <-pds.hung:

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"github.com/atfeeds/appview/internal/syncbuf"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,27 +15,9 @@ import (
 	"github.com/atfeeds/appview/jetstream/jetstreamtest"
 )
 
-// syncBuffer is a bytes.Buffer safe for the daemon's concurrent logging.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func runCmd(t *testing.T, environ []string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	var out, errOut syncBuffer
+	var out, errOut syncbuf.Buffer
 	err = run(context.Background(), args, environ, &out, &errOut)
 	return out.String(), errOut.String(), err
 }
@@ -176,10 +158,10 @@ func TestServe(t *testing.T) {
 		"APPVIEW_JETSTREAM_URLS=" + js.URL(),
 		"APPVIEW_HTTP_LISTEN=" + addr,
 	}
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, environ, new(syncBuffer), &stderr) }()
+	go func() { done <- run(ctx, []string{"serve"}, environ, new(syncbuf.Buffer), &stderr) }()
 
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -214,7 +196,7 @@ func TestServe(t *testing.T) {
 }
 
 func TestServeRejectsBadConfig(t *testing.T) {
-	err := run(context.Background(), []string{"serve"}, []string{"APPVIEW_INGEST_BATCH_SIZE=0"}, new(syncBuffer), new(syncBuffer))
+	err := run(context.Background(), []string{"serve"}, []string{"APPVIEW_INGEST_BATCH_SIZE=0"}, new(syncbuf.Buffer), new(syncbuf.Buffer))
 	if err == nil || !strings.Contains(err.Error(), "ingest.batch_size") {
 		t.Errorf("serve with batch size 0: %v", err)
 	}

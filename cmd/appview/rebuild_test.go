@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/atfeeds/appview/internal/syncbuf"
 	"strings"
 	"sync"
 	"testing"
@@ -58,7 +59,7 @@ func rebuildWorld(t *testing.T) []string {
 // cancelOn is a stderr that cancels the command's context when a line
 // containing marker is written: an interruption at a known point.
 type cancelOn struct {
-	syncBuffer
+	syncbuf.Buffer
 	marker string
 	cancel context.CancelFunc
 	once   sync.Once
@@ -68,7 +69,7 @@ func (c *cancelOn) Write(p []byte) (int, error) {
 	if bytes.Contains(p, []byte(c.marker)) {
 		c.once.Do(c.cancel)
 	}
-	return c.syncBuffer.Write(p)
+	return c.Buffer.Write(p)
 }
 
 func TestRebuildInterruptedAndResumed(t *testing.T) {
@@ -82,7 +83,7 @@ func TestRebuildInterruptedAndResumed(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stderr := &cancelOn{marker: "state=running done=2 total=5", cancel: cancel}
-	err = run(ctx, []string{"rebuild", "--feed", "following", "--chunk", "2", "--progress-every", "1ns"}, env, new(syncBuffer), stderr)
+	err = run(ctx, []string{"rebuild", "--feed", "following", "--chunk", "2", "--progress-every", "1ns"}, env, new(syncbuf.Buffer), stderr)
 	if err == nil || !strings.Contains(err.Error(), "rebuild following: interrupted after 2 of 5 viewers; run the same command again to resume") {
 		t.Fatalf("interrupted rebuild: %v\n%s", err, stderr.String())
 	}
