@@ -137,11 +137,14 @@ func (w *txWriter) forgetAllProfiles() error {
 // back. The drop counts in the identity log, so a fetch begun before it
 // does not store its copy, whatever the scope when it ends.
 func (w *txWriter) dropProfile(actorID int64) error {
-	var did string
-	if err := w.tx.QueryRowContext(w.ctx, `SELECT did FROM actors WHERE id = ?`, actorID).Scan(&did); err != nil {
+	if _, err := w.tx.ExecContext(w.ctx, `DELETE FROM profiles WHERE actor_id = ?`, actorID); err != nil {
 		return fmt.Errorf("drop profile: %w", err)
 	}
-	if _, err := w.tx.ExecContext(w.ctx, `DELETE FROM profiles WHERE actor_id = ?`, actorID); err != nil {
+	if !w.s.profiles {
+		return nil // no fetch runs to order the drop against
+	}
+	var did string
+	if err := w.tx.QueryRowContext(w.ctx, `SELECT did FROM actors WHERE id = ?`, actorID).Scan(&did); err != nil {
 		return fmt.Errorf("drop profile: %w", err)
 	}
 	w.identities = append(w.identities, syntax.DID(did))
