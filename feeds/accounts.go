@@ -2,6 +2,8 @@ package feeds
 
 import (
 	"fmt"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // applyAccount applies an account event. An author going inactive
@@ -71,6 +73,9 @@ func (w *txWriter) applyKnownAccount(a *AccountStatus, id int64) error {
 	if a.Status != "deleted" {
 		return nil
 	}
+	if err := w.buryAccount(id, a.TimeUS); err != nil {
+		return err
+	}
 	if err := w.deleteAccountRecords(id); err != nil {
 		return err
 	}
@@ -97,6 +102,29 @@ func (w *txWriter) applyKnownAccount(a *AccountStatus, id int64) error {
 	for _, sub := range subjects {
 		if err := w.leaveScopeIfUnfollowed(sub); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// buryAccount writes a tombstone for each of a deleting account's records
+// and follows, as new as the deletion: the revision of a commit made at
+// the deletion's stream time, or the row's own if newer. The reconnect
+// rewind replays the account's creates from the seconds before the
+// deletion, and without tombstones they would be stored again. Commits of
+// an account restored later carry newer revisions and are stored.
+func (w *txWriter) buryAccount(actorID, timeUS int64) error {
+	var deletedRev string
+	if timeUS > 0 {
+		deletedRev = syntax.NewTID(timeUS, 0).String()
+	}
+	for _, table := range []string{"records", "follows"} {
+		q := `INSERT INTO tombstones (actor_id, collection_id, rkey, rev, deleted_us)
+			SELECT actor_id, collection_id, rkey, max(rev, ?2), ?3 FROM ` + table + ` WHERE actor_id = ?1
+			ON CONFLICT (actor_id, collection_id, rkey) DO UPDATE SET rev = excluded.rev, deleted_us = excluded.deleted_us
+			WHERE excluded.rev > tombstones.rev`
+		if _, err := w.tx.ExecContext(w.ctx, q, actorID, deletedRev, timeUS); err != nil {
+			return fmt.Errorf("bury deleted account's %s: %w", table, err)
 		}
 	}
 	return nil

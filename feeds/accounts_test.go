@@ -202,3 +202,43 @@ func TestADeactivationInTheBatchThatInternsTheAccountIsApplied(t *testing.T) {
 		}
 	}
 }
+
+// A deleted account's follows and records are deleted with tombstones as
+// new as the deletion, so the reconnect rewind's replay of its creates
+// from the seconds before stores nothing again. Its commits after the
+// deletion (an account restored) are newer than the tombstones and are
+// stored (found by a review: the replay stored the follow again).
+func TestADeletedAccountsReplayedCreatesStayDeleted(t *testing.T) {
+	s := openViewerMode(t)
+	ctx := context.Background()
+	register(t, s, "alice", "following")
+	register(t, s, "dave", "following")
+	before := []Change{follow("alice", "dave", "f1", 1), follow("dave", "bob", "df1", 2), post("dave", "d1", 3)}
+	apply(t, s, before...)
+	deletion := &Batch{Accounts: []AccountStatus{{DID: did("dave"), Active: false, Status: "deleted", TimeUS: 21}}, Cursor: StreamCursor{TimeUS: 21}}
+	if _, err := s.ApplyBatch(ctx, deletion); err != nil {
+		t.Fatal(err)
+	}
+	replay := &Batch{Changes: before[1:], Accounts: deletion.Accounts, Cursor: StreamCursor{TimeUS: 21}}
+	if _, err := s.ApplyBatch(ctx, replay); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, s, `SELECT count(*) FROM follows f JOIN actors a ON a.id = f.actor_id WHERE a.did = 'did:plc:dave'`); n != 0 {
+		t.Errorf("dave's follows after the replay: %d, want 0", n)
+	}
+	if n := count(t, s, `SELECT count(*) FROM records r JOIN actors a ON a.id = r.actor_id WHERE a.did = 'did:plc:dave'`); n != 0 {
+		t.Errorf("dave's records after the replay: %d, want 0", n)
+	}
+
+	restored := &Batch{Accounts: []AccountStatus{{DID: did("dave"), Active: true, TimeUS: 30}}, Cursor: StreamCursor{TimeUS: 30}}
+	if _, err := s.ApplyBatch(ctx, restored); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, post("dave", "d2", 31), follow("dave", "bob", "df2", 32))
+	if got := feedRKeys(t, s, "following", "alice", postNSID); !slices.Equal(got, []string{"d2"}) {
+		t.Errorf("alice's feed = %v after dave came back and posted, want [d2]", got)
+	}
+	if n := count(t, s, `SELECT count(*) FROM follows f JOIN actors a ON a.id = f.actor_id WHERE a.did = 'did:plc:dave'`); n != 1 {
+		t.Errorf("dave's follows after he came back and followed: %d, want 1", n)
+	}
+}
