@@ -113,6 +113,9 @@ func (w *txWriter) commit() error {
 	if err := w.queueGrown(); err != nil {
 		return err
 	}
+	if err := w.saveRecordIDHigh(); err != nil {
+		return err
+	}
 	// The record cache is told before the commit that records are about
 	// to change, so no page reads a hit from it until it has forgotten
 	// them (record_cache.go); it forgets them even if the commit fails.
@@ -167,6 +170,10 @@ type txWriter struct {
 	// gapID is a gap newer than the store knew of, recorded or found by
 	// this transaction: at commit the store tells of it (gapCommitted).
 	gapID int64
+	// recordIDHigh is the highest record id handed out (newRecordID), 0
+	// until the transaction's first record; recordIDHighRead is what was
+	// stored when it was read.
+	recordIDHigh, recordIDHighRead int64
 	// restored counts the tombstones a listing cleared (listedTombstone).
 	restored int
 }
@@ -197,11 +204,15 @@ func (w *txWriter) exec(st *sql.Stmt, args ...any) (int64, error) {
 	return r.RowsAffected()
 }
 
-// insert runs an INSERT of at most one row into a rowid table and returns
-// the new row's id; inserted is false when the statement changed nothing
-// (a conflict it ignores, a WHERE that held it back).
-func (w *txWriter) insert(st *sql.Stmt, args ...any) (id int64, inserted bool, err error) {
-	r, err := w.stmt(st).ExecContext(w.ctx, args...)
+// insertRecord runs one of the record inserts (the row's columns in
+// order) with a new id, and reports whether it inserted a row:
+// insertNewRecord changes none on a stored or tombstoned key, and leaves
+// the id unused.
+func (w *txWriter) insertRecord(st *sql.Stmt, actorID, collID int64, rkey, cid, rev string, sortUS, indexedUS, createdUS int64, body string) (id int64, inserted bool, err error) {
+	if id, err = w.newRecordID(); err != nil {
+		return 0, false, err
+	}
+	r, err := w.stmt(st).ExecContext(w.ctx, actorID, collID, rkey, cid, rev, sortUS, indexedUS, createdUS, body, id)
 	if err != nil {
 		return 0, false, err
 	}
@@ -209,8 +220,35 @@ func (w *txWriter) insert(st *sql.Stmt, args ...any) (id int64, inserted bool, e
 	if err != nil || n == 0 {
 		return 0, false, err
 	}
-	id, err = r.LastInsertId()
-	return id, err == nil, err
+	return id, true, nil
+}
+
+// newRecordID hands out the next record id. A transaction reads the
+// highest id ever handed out once, at its first record, and stores the
+// new high before it commits (saveRecordIDHigh); a rolled-back one leaves
+// a gap, never a reuse.
+func (w *txWriter) newRecordID() (int64, error) {
+	if w.recordIDHigh == 0 {
+		// max(id) as well: rows an older build inserted with SQLite's ids.
+		err := w.tx.QueryRowContext(w.ctx, `SELECT max(high, (SELECT coalesce(max(id), 0) FROM records)) FROM record_id_high`).Scan(&w.recordIDHigh)
+		if err != nil {
+			return 0, fmt.Errorf("read record id high: %w", err)
+		}
+		w.recordIDHighRead = w.recordIDHigh
+	}
+	w.recordIDHigh++
+	return w.recordIDHigh, nil
+}
+
+// saveRecordIDHigh stores the highest record id the transaction handed out.
+func (w *txWriter) saveRecordIDHigh() error {
+	if w.recordIDHigh == w.recordIDHighRead {
+		return nil
+	}
+	if _, err := w.tx.ExecContext(w.ctx, `UPDATE record_id_high SET high = ?`, w.recordIDHigh); err != nil {
+		return fmt.Errorf("store record id high: %w", err)
+	}
+	return nil
 }
 
 // queryRow scans one row; found is false when there is none.

@@ -275,7 +275,7 @@ func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, listingRev
 	// listed it put it into a feed, and the listing would end complete
 	// with a hole.
 	retainFrom := max(indexed, w.s.Cursor().TimeUS)
-	id, _, err = w.insert(w.s.stmts.insertRecord, actorID, collID, string(r.RKey), r.CID, "",
+	id, _, err = w.insertRecord(w.s.stmts.insertRecord, actorID, collID, string(r.RKey), r.CID, "",
 		c.SortKey(), retainFrom, r.CreatedAtUS, string(r.Value))
 	if err != nil {
 		return false, fmt.Errorf("insert listed record: %w", err)

@@ -59,19 +59,21 @@ var writeSQL = struct {
 	followRemains: `SELECT 1 FROM follows WHERE subject_id = ? AND collection_id = ? AND actor_id = ? LIMIT 1`,
 
 	recordByKey: `SELECT id, rev, sort_us FROM records WHERE actor_id = ? AND collection_id = ? AND rkey = ?`,
-	insertRecord: `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	// The record inserts take the new id as ?10, from txWriter.newRecordID:
+	// never one handed out before.
+	insertRecord: `INSERT INTO records (id, actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
+		VALUES (?10, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`,
 	// insertNewRecord is a create's first try: it changes no row when the
 	// key is already stored (a replay or a late create) or a tombstone
 	// lies on it, and only then is the record looked up and the tombstone
 	// read. It saves the common create the lookup's descent of
 	// records_by_key, which the insert's uniqueness check makes anyway,
 	// and a statement of its own for the tombstone probe. It is run as an
-	// exec, the new id read from the result (txWriter.insert): a RETURNING
+	// exec, whether it inserted read from the result (txWriter.insertRecord): a RETURNING
 	// clause would make it a query, which costs database/sql a goroutine
 	// per call inside a transaction.
-	insertNewRecord: `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
-		SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9
+	insertNewRecord: `INSERT INTO records (id, actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
+		SELECT ?10, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9
 		WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE actor_id = ?1 AND collection_id = ?2 AND rkey = ?3)
 		ON CONFLICT (actor_id, collection_id, rkey) DO NOTHING`,
 	updateRecord: `UPDATE records SET cid = ?2, rev = ?3, body = ?4 WHERE id = ?1`,

@@ -85,7 +85,7 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 		}
 	}
 	sortUS = c.SortKey()
-	if recordID, _, err = w.insert(st.insertRecord,
+	if recordID, _, err = w.insertRecord(st.insertRecord,
 		actorID, collID, string(c.RKey), c.CID, c.Rev, sortUS, c.TimeUS, c.CreatedAtUS, string(c.Record)); err != nil {
 		return fmt.Errorf("insert record: %w", err)
 	}
@@ -107,7 +107,7 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 func (w *txWriter) createNew(c *Change, actorID, collID int64) (done bool, err error) {
 	st := w.s.stmts
 	sortUS := c.SortKey()
-	recordID, inserted, err := w.insert(st.insertNewRecord,
+	recordID, inserted, err := w.insertRecord(st.insertNewRecord,
 		actorID, collID, string(c.RKey), c.CID, c.Rev, sortUS, c.TimeUS, c.CreatedAtUS, string(c.Record))
 	if err != nil {
 		return false, fmt.Errorf("insert record: %w", err)
