@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -594,6 +595,34 @@ func TestClientReadTimeout(t *testing.T) {
 	srv := newFakeServer(t, func(n int, conn *websocket.Conn) { holdOpen(conn) })
 	startClient(t, Config{URLs: []string{srv.url}, ReadTimeout: 50 * time.Millisecond}, fixed(Position{}), 10)
 	waitFor(t, "a redial after the read timeout", func() bool { return len(srv.dials()) >= 2 })
+}
+
+// A server that sends one endless message, pinging between its frames,
+// is given up after ReadTimeout: the pings keep a quiet session alive, not
+// a message that never ends (found by a review).
+func TestClientReadTimeoutHoldsThroughPingsInAMessage(t *testing.T) {
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if n > 0 {
+			holdOpen(conn)
+			return
+		}
+		w, err := conn.NextWriter(websocket.TextMessage)
+		if err != nil {
+			return
+		}
+		chunk := bytes.Repeat([]byte(" "), 8<<10) // past the write buffer: a frame each
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+			if conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second)) != nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	startClient(t, Config{URLs: []string{srv.url}, ReadTimeout: 200 * time.Millisecond}, fixed(Position{}), 10)
+	waitFor(t, "a redial after the endless message's read timeout", func() bool { return len(srv.dials()) >= 2 })
 }
 
 func TestClientRejectsBadConfig(t *testing.T) {

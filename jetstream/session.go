@@ -120,14 +120,16 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 		}
 	}()
 	defer conn.Close()
-	c.keepalive(conn)
+	// inMessage is set while a message is read: pings then renew nothing.
+	var inMessage bool
+	c.keepalive(conn, &inMessage)
 
 	var buf bytes.Buffer
 	// A sequence cursor resumes on its own numbering; otherwise time_us
 	// tells a new event from a replay.
 	bySeq := pos.Seq > 0 && pos.Host == host
 	for {
-		typ, truncated, err := c.readFrame(conn, &buf)
+		typ, truncated, err := c.readFrame(conn, &buf, &inMessage)
 		if err != nil {
 			if ctx.Err() != nil {
 				return res, nil
@@ -218,8 +220,11 @@ func (c *Client) unqueue(size int64) {
 // of it. The rest of an oversized message is read and discarded so the
 // connection survives; memory stays bounded either way. gorilla's own read
 // limit is not used: it kills the connection, and with compression it
-// counts compressed bytes.
-func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer) (typ int, truncated bool, err error) {
+// counts compressed bytes. A message must end within ReadTimeout of its
+// start: inMessage keeps the pings read between its frames from renewing
+// the deadline, so a server sending one endless message cannot hold the
+// session (keepalive).
+func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer, inMessage *bool) (typ int, truncated bool, err error) {
 	if err := conn.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout)); err != nil {
 		return 0, false, err
 	}
@@ -227,6 +232,8 @@ func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer) (typ int, tr
 	if err != nil {
 		return 0, false, err
 	}
+	*inMessage = true
+	defer func() { *inMessage = false }()
 	buf.Reset()
 	n, err := buf.ReadFrom(io.LimitReader(r, c.cfg.MaxFrameBytes+1))
 	if err != nil {
@@ -249,9 +256,17 @@ func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer) (typ int, tr
 // so a quiet but healthy stream (a narrow wantedCollections filter) is not
 // mistaken for a dead one. Pings are answered here, inside the read loop,
 // which is why that loop must never wait on anything slower than out.
-func (c *Client) keepalive(conn *websocket.Conn) {
+// Between the frames of a message (inMessage, set by readFrame) they renew
+// nothing: the message's own deadline stands.
+func (c *Client) keepalive(conn *websocket.Conn, inMessage *bool) {
+	renew := func() error {
+		if *inMessage {
+			return nil
+		}
+		return conn.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
+	}
 	conn.SetPingHandler(func(data string) error {
-		_ = conn.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
+		_ = renew()
 		err := conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(pongWriteWait))
 		if err == nil || errors.Is(err, websocket.ErrCloseSent) {
 			return nil
@@ -262,7 +277,5 @@ func (c *Client) keepalive(conn *websocket.Conn) {
 		}
 		return err
 	})
-	conn.SetPongHandler(func(string) error {
-		return conn.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
-	})
+	conn.SetPongHandler(func(string) error { return renew() })
 }
