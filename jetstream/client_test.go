@@ -361,10 +361,16 @@ func TestClientRotatesAfterSessionWithoutProgress(t *testing.T) {
 // The backoff doubles while dials fail and resets after a session that
 // delivered an event.
 func TestClientBackoffGrowsAndResets(t *testing.T) {
+	second := make(chan struct{})
 	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
-		if send(conn, postFrame) {
-			holdOpen(conn)
+		if n == 0 {
+			send(conn, postFrame) // a new event, then a drop
+			return
 		}
+		if n == 1 {
+			close(second)
+		}
+		holdOpen(conn)
 	})
 	srv.refuseWith(http.StatusServiceUnavailable, "starting")
 	cfg := Config{URLs: []string{srv.url}, MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}
@@ -379,6 +385,17 @@ func TestClientBackoffGrowsAndResets(t *testing.T) {
 	}
 	srv.refuseWith(0, "")
 	h.next(t)
+	// The session delivered a new event: the dial after its drop waits the
+	// shortest backoff again.
+	select {
+	case <-second:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no dial after the dropped session")
+	}
+	sleeps := h.sleepsSoFar()
+	if d := sleeps[len(sleeps)-1]; d != 75*time.Millisecond {
+		t.Errorf("sleep after a session with a new event = %v, want 75ms", d)
+	}
 	h.stop(t, 2*time.Second)
 }
 
