@@ -112,7 +112,10 @@ func (w *txWriter) applyKnownAccount(a *AccountStatus, id int64) error {
 // the deletion's stream time, or the row's own if newer. The reconnect
 // rewind replays the account's creates from the seconds before the
 // deletion, and without tombstones they would be stored again. Commits of
-// an account restored later carry newer revisions and are stored.
+// an account restored later carry newer revisions and are stored. The
+// revisions end in unlistedSuffix, as a listing's inferred deletes do: a
+// listing of the restored account fetched after the deletion may clear
+// them (listedOver), where a stream delete would block it.
 func (w *txWriter) buryAccount(actorID, timeUS int64) error {
 	var deletedRev string
 	if timeUS > 0 {
@@ -120,10 +123,10 @@ func (w *txWriter) buryAccount(actorID, timeUS int64) error {
 	}
 	for _, table := range []string{"records", "follows"} {
 		q := `INSERT INTO tombstones (actor_id, collection_id, rkey, rev, deleted_us)
-			SELECT actor_id, collection_id, rkey, max(rev, ?2), ?3 FROM ` + table + ` WHERE actor_id = ?1
+			SELECT actor_id, collection_id, rkey, max(rev, ?2) || ?4, ?3 FROM ` + table + ` WHERE actor_id = ?1
 			ON CONFLICT (actor_id, collection_id, rkey) DO UPDATE SET rev = excluded.rev, deleted_us = excluded.deleted_us
 			WHERE excluded.rev > tombstones.rev`
-		if _, err := w.tx.ExecContext(w.ctx, q, actorID, deletedRev, timeUS); err != nil {
+		if _, err := w.tx.ExecContext(w.ctx, q, actorID, deletedRev, timeUS, unlistedSuffix); err != nil {
 			return fmt.Errorf("bury deleted account's %s: %w", table, err)
 		}
 	}

@@ -242,3 +242,67 @@ func TestADeletedAccountsReplayedCreatesStayDeleted(t *testing.T) {
 		t.Errorf("dave's follows after he came back and followed: %d, want 1", n)
 	}
 }
+
+// A deleted account restored and listed from its PDS later gets its
+// records and follows back: the deletion's tombstones are marked as a
+// listing's inferred ones are (unlistedSuffix), so a listing fetched
+// after them may clear them, while the stream's replays stay covered.
+// Before, they blocked every listing for the tombstone window (found by a
+// review).
+func TestARestoredAccountsListingIsStored(t *testing.T) {
+	s := MustOpen(t, defaultFeeds)
+	ctx := context.Background()
+	t0 := reconcileAsOf.UnixMicro()
+	// rev(n) is a TID at n µs, so the revs match the stream times.
+	apply(t, s, follow("v1", "dave", "f1", t0), post("dave", "d1", t0+1), follow("dave", "bob", "df1", t0+2))
+
+	del := time.Second.Microseconds()
+	for _, a := range []AccountStatus{
+		{DID: did("dave"), Active: false, Status: "deleted", TimeUS: t0 + del},
+		{DID: did("dave"), Active: true, TimeUS: t0 + 2*del},
+	} {
+		if _, err := s.ApplyBatch(ctx, &Batch{Accounts: []AccountStatus{a}, Cursor: StreamCursor{TimeUS: a.TimeUS}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// An hour later the restored repo is listed.
+	asOf := reconcileAsOf.Add(time.Hour)
+	res, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("dave"), Collection: postNSID,
+		Records: listed("d1"), To: nextPage(t, s, did("dave"), postNSID), FetchedAt: asOf}, asOf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Written != 1 {
+		t.Errorf("listing of the restored account's post: %+v, want it written", res)
+	}
+	fres, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("dave"), Collection: followNSID,
+		Records: []ListedRecord{{RKey: "df1", CID: "bafyfollow", Subject: did("bob"),
+			Value: []byte(`{"$type":"app.bsky.graph.follow","subject":"did:plc:bob"}`)}},
+		To: nextPage(t, s, did("dave"), followNSID), FetchedAt: asOf}, asOf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fres.Written != 1 {
+		t.Errorf("listing of the restored account's follow: %+v, want it written", fres)
+	}
+}
+
+// A deleted account's creates from before the deletion in the same batch
+// are not stored: account events are applied before the changes, so the
+// deletion had nothing yet to bury, and the post and follow outlived the
+// account (found by a review).
+func TestCreatesBeforeADeletionInItsBatchStayDeleted(t *testing.T) {
+	s := MustOpen(t, defaultFeeds)
+	apply(t, s, follow("v1", "dave", "f1", 1))
+	b := &Batch{Changes: []Change{post("dave", "d1", 2), follow("dave", "bob", "df1", 3)},
+		Accounts: []AccountStatus{{DID: did("dave"), Status: "deleted", TimeUS: 4}},
+		Cursor:   StreamCursor{TimeUS: 4}}
+	if _, err := s.ApplyBatch(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, s, `SELECT (SELECT count(*) FROM records r JOIN actors a ON a.id = r.actor_id WHERE a.did = 'did:plc:dave')
+		+ (SELECT count(*) FROM follows f JOIN actors a ON a.id = f.actor_id WHERE a.did = 'did:plc:dave')`); n != 0 {
+		t.Errorf("deleted account's records and follows stored: %d, want 0", n)
+	}
+}
