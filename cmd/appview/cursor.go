@@ -24,6 +24,10 @@ func cursorCmd(ctx context.Context, args, environ []string, stdout, stderr io.Wr
 	if len(args) == 0 {
 		return errors.New("cursor: want show or reset")
 	}
+	if isHelp(args[0]) {
+		_, err := fmt.Fprint(stdout, "usage:\n"+cursorUsage)
+		return err
+	}
 	switch args[0] {
 	case "show":
 		store, _, err := openForCommand(ctx, "cursor show", args[1:], environ, stderr, nil)
@@ -48,12 +52,30 @@ func cursorReset(ctx context.Context, args, environ []string, stdout, stderr io.
 		return errors.New("cursor reset: want jetstream, account DID or viewer DID")
 	}
 	what, rest := args[0], args[1:]
-	var subject string
+	var subject syntax.DID
 	if what == "account" || what == "viewer" {
 		if len(rest) == 0 {
 			return fmt.Errorf("cursor reset %s: want a DID", what)
 		}
-		subject, rest = rest[0], rest[1:]
+		if isHelp(rest[0]) {
+			what = "-h"
+		} else {
+			// Checked before the database is opened (and made, if absent).
+			did, err := syntax.ParseDID(rest[0])
+			if err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			subject, rest = did, rest[1:]
+		}
+	}
+	if isHelp(what) {
+		_, err := fmt.Fprint(stdout, "usage:\n"+cursorUsage)
+		return err
+	}
+	switch what {
+	case "jetstream", "account", "viewer":
+	default:
+		return fmt.Errorf("cursor reset: unknown target %q", what)
 	}
 	var to, collection, feed *string
 	extra := func(fs *flag.FlagSet) {
@@ -84,19 +106,9 @@ func cursorReset(ctx context.Context, args, environ []string, stdout, stderr io.
 		}
 		e, err = store.ResetJetstream(ctx, at, who, now)
 	case "account":
-		did, perr := syntax.ParseDID(subject)
-		if perr != nil {
-			return fmt.Errorf("account: %w", perr)
-		}
-		e, err = store.ResetAccount(ctx, did, syntax.NSID(*collection), who, now)
+		e, err = store.ResetAccount(ctx, subject, syntax.NSID(*collection), who, now)
 	case "viewer":
-		did, perr := syntax.ParseDID(subject)
-		if perr != nil {
-			return fmt.Errorf("viewer: %w", perr)
-		}
-		e, err = store.ResetViewer(ctx, did, *feed, who, now)
-	default:
-		return fmt.Errorf("cursor reset: unknown target %q", what)
+		e, err = store.ResetViewer(ctx, subject, *feed, who, now)
 	}
 	if errors.Is(err, feeds.ErrNothingToReset) {
 		fmt.Fprintln(stdout, "nothing to reset")

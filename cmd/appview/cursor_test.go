@@ -1,6 +1,9 @@
 package main
 
 import (
+	"errors"
+	"io/fs"
+	"os"
 	"strings"
 	"testing"
 )
@@ -34,5 +37,33 @@ func TestCursorCommands(t *testing.T) {
 	out, _, err = runCmd(t, env, "audit")
 	if err != nil || strings.Count(strings.TrimSpace(out), "\n") != 0 {
 		t.Fatalf("audit after resets of nothing should list nothing:\n%s %v", out, err)
+	}
+}
+
+// -h on any command prints its help and succeeds, and a bad DID is
+// refused before the database is opened: `cursor reset account -h` made
+// and migrated ./appview.db where it ran (found by a docs review).
+func TestHelpSucceedsAndOpensNothing(t *testing.T) {
+	db := t.TempDir() + "/appview.db"
+	env := []string{"APPVIEW_DATABASE_PATH=" + db}
+	for _, args := range [][]string{
+		{"serve", "-h"}, {"config", "-h"}, {"health", "-h"}, {"version", "-h"}, {"audit", "-h"},
+		{"backfill", "-h"}, {"rebuild", "-h"}, {"cursor", "-h"}, {"cursor", "show", "-h"},
+		{"cursor", "reset", "-h"}, {"cursor", "reset", "jetstream", "-h"},
+		{"cursor", "reset", "account", "-h"}, {"cursor", "reset", "viewer", "--help"},
+	} {
+		out, errOut, err := runCmd(t, env, args...)
+		if err != nil {
+			t.Errorf("%s: %v", strings.Join(args, " "), err)
+		}
+		if !strings.Contains(out+errOut, "usage") && !strings.Contains(out+errOut, "Usage") {
+			t.Errorf("%s printed no usage:\n%s%s", strings.Join(args, " "), out, errOut)
+		}
+	}
+	if _, _, err := runCmd(t, env, "cursor", "reset", "account", "not-a-did"); err == nil {
+		t.Error("a bad DID was accepted")
+	}
+	if _, err := os.Stat(db); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("help and a bad DID left a database behind: %v", err)
 	}
 }

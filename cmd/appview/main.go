@@ -2,7 +2,7 @@
 //
 //	appview serve [--config FILE]
 //	appview config [--config FILE] [--env]
-//	appview health [--url URL] [--ready] [--config FILE]
+//	appview health [--url URL] [--ready] [--timeout D] [--config FILE]
 //	appview version
 //	appview cursor show | reset jetstream|account|viewer …
 //	appview audit
@@ -15,6 +15,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,6 +35,15 @@ func main() {
 // run dispatches one command. environ is the process environment, in the
 // form of os.Environ, so tests can pass their own.
 func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	err := dispatch(ctx, args, environ, stdout, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		// -h: the command's flag set printed its usage; asking is no failure.
+		return nil
+	}
+	return err
+}
+
+func dispatch(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		usage(stderr)
 		return errors.New("missing command")
@@ -63,20 +73,35 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
-func usage(w io.Writer) {
-	fmt.Fprint(w, `usage:
-  appview serve [--config FILE]     run the daemon (built-in defaults without a file)
-  appview config [--config FILE]    print the effective config as YAML, secrets redacted
-  appview config --env              list the APPVIEW_ environment variables
-  appview health [--url URL]        probe a running daemon's /xrpc/_health; exit 0 if it answers
-  appview version                   print the version, commit and Go version
-  appview cursor show [--config FILE]
+// cursorUsage is the cursor commands' part of the usage, which
+// `appview cursor -h` prints alone.
+const cursorUsage = `  appview cursor show [--config FILE]
                                     the Jetstream cursor, feeds, backfill states, the sweep
   appview cursor reset jetstream [--to RFC3339]
   appview cursor reset account DID [--collection NSID]
   appview cursor reset viewer DID [--feed NAME]
                                     repair a position; safe while the daemon runs; audited
-  appview audit [--limit N]         list the resets made, newest first
+`
+
+// isHelp reports whether an argument asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  appview serve [--config FILE]     run the daemon (built-in defaults without a file)
+  appview config [--config FILE]    print the effective config as YAML, secrets redacted
+  appview config --env              list the APPVIEW_ environment variables
+  appview health [--url URL] [--ready] [--timeout D] [--config FILE]
+                                    probe a running daemon's /xrpc/_health (/readyz with
+                                    --ready); exit 0 on a 200
+  appview version                   print the version, commit and Go version
+`+cursorUsage+`  appview audit [--limit N]         list the resets made, newest first
   appview backfill --actor DID|HANDLE [--feed NAME]
                                     run a viewer's first read now (every feed, or one),
                                     as the daemon would, without the per-client limit
