@@ -10,7 +10,8 @@ import (
 
 // printConfig prints the configuration serve would run with: defaults,
 // then the file, then APPVIEW_ variables, validated, secrets redacted.
-// The output is itself a valid config file.
+// The output is itself a valid config file, except that a redacted secret
+// (notify.secret) must be put back before it is used as one.
 func printConfig(args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
