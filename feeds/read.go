@@ -117,10 +117,10 @@ type pageRecords struct {
 
 // pageItems turns page keys into items, from the record cache or, for the
 // records it misses, from one query, which fills the cache. A key whose
-// record is gone, or whose id now names another record (a deleted
-// record's id is handed to the next one), has no item: both happen only
-// when the record was deleted after the keys were read, and the page
-// shows that newer state.
+// record is gone has no item: that happens only when the record was
+// deleted after the keys were read, and the page shows that newer state.
+// Record ids are never reused (newRecordID), so an id read with the keys
+// names no other record; the sort key and collection are checked anyway.
 func (s *Store) pageItems(ctx context.Context, src pageRecords, l *lane, keys []PageKey) ([]Item, error) {
 	recs := make([]*cachedRecord, len(keys))
 	// Hits are taken only if no commit changing records was under way

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"github.com/atfeeds/appview/feeds"
@@ -73,7 +74,8 @@ func parseFilters(q url.Values, spec FeedSpec, coll syntax.NSID) ([]feeds.Filter
 		}
 		for _, f := range spec.Fields[c] {
 			for _, p := range f.Params() {
-				if !mine[p] && q.Get(p) != "" {
+				// Any value, not only the first: "langs=&langs=en" asks too.
+				if !mine[p] && slices.ContainsFunc(q[p], func(v string) bool { return v != "" }) {
 					return nil, "", invalidRequest("parameter " + p + " is not a filter of collection " + string(coll))
 				}
 			}

@@ -169,3 +169,21 @@ func TestGetFeedFilterScanBound(t *testing.T) {
 		}
 	}
 }
+
+// A filter of another collection is refused, as ignoring it would answer
+// an unfiltered page to a client that asked for a filter; so is one given
+// twice with an empty first value, which was ignored (found by a review).
+func TestGetFeedRefusesARepeatedForeignFilter(t *testing.T) {
+	base := serve(t, testConfig(newFakeReader()))
+	for _, q := range []string{
+		"&collection=app.bsky.feed.repost&langs=en",
+		"&collection=app.bsky.feed.repost&langs=&langs=en",
+		"&collection=app.bsky.feed.repost&createdAtMin=&createdAtMin=2024-01-01T00:00:00Z",
+		"&subject=&subject=at://x", // the default collection (posts), a repost filter
+	} {
+		res := do(t, http.MethodGet, base+getFeedURL+"?feed=following&actor="+string(alice)+q)
+		if res.Status != http.StatusBadRequest {
+			t.Errorf("%s: status %d, want 400; body %s", q, res.Status, res.Body)
+		}
+	}
+}
