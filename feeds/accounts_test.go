@@ -306,3 +306,24 @@ func TestCreatesBeforeADeletionInItsBatchStayDeleted(t *testing.T) {
 		t.Errorf("deleted account's records and follows stored: %d, want 0", n)
 	}
 }
+
+// Creates from before a deletion, skipped because they shared the
+// deletion's batch, must stay deleted when the reconnect rewind replays
+// them in a later batch, as they do when the deletion had its own batch.
+func TestReplayedCreatesOfADeletionsOwnBatchStayDeleted(t *testing.T) {
+	s := MustOpen(t, defaultFeeds)
+	apply(t, s, follow("v1", "dave", "f1", 1))
+	creates := []Change{post("dave", "d1", 2), follow("dave", "bob", "df1", 3)}
+	b := &Batch{Changes: creates,
+		Accounts: []AccountStatus{{DID: did("dave"), Status: "deleted", TimeUS: 4}},
+		Cursor:   StreamCursor{TimeUS: 4}}
+	if _, err := s.ApplyBatch(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	// The rewind replays the seconds before the cursor.
+	apply(t, s, creates...)
+	if n := count(t, s, `SELECT (SELECT count(*) FROM records r JOIN actors a ON a.id = r.actor_id WHERE a.did = 'did:plc:dave')
+		+ (SELECT count(*) FROM follows f JOIN actors a ON a.id = f.actor_id WHERE a.did = 'did:plc:dave')`); n != 0 {
+		t.Errorf("deleted account's replayed records and follows stored: %d, want 0", n)
+	}
+}

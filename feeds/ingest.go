@@ -46,14 +46,7 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 	if err := w.forgetHandles(b.Identities); err != nil {
 		return BatchResult{}, err
 	}
-	deleted := deletedInBatch(b.Accounts)
 	for i := range b.Changes {
-		if t, ok := deleted[b.Changes[i].DID]; ok && b.Changes[i].TimeUS <= t {
-			// Before its account's deletion, applied above: the deletion
-			// supersedes it, and finding no row it could not bury it.
-			w.res.Duplicates++
-			continue
-		}
 		if err := w.apply(&b.Changes[i]); err != nil {
 			c := &b.Changes[i]
 			return BatchResult{}, fmt.Errorf("apply %s %s/%s/%s: %w", c.Op, c.DID, c.Collection, c.RKey, err)
@@ -63,6 +56,9 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 		if _, err := w.applyAccount(&b.Accounts[i]); err != nil {
 			return BatchResult{}, fmt.Errorf("apply account status of %s: %w", b.Accounts[i].DID, err)
 		}
+	}
+	if err := w.redeleteAccounts(b.Accounts, unknown); err != nil {
+		return BatchResult{}, fmt.Errorf("delete accounts after the batch's changes: %w", err)
 	}
 	failpoint.Hit(failpoint.IngestBeforeCursor)
 	if b.Cursor.TimeUS > 0 {
@@ -87,22 +83,6 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 	}
 	s.metrics.observeCursor(s.Cursor().TimeUS)
 	return w.res, nil
-}
-
-// deletedInBatch maps each account the batch deletes to the stream time
-// of its latest deletion; nil when it deletes none.
-func deletedInBatch(accounts []AccountStatus) map[syntax.DID]int64 {
-	var deleted map[syntax.DID]int64
-	for _, a := range accounts {
-		if a.Status != "deleted" || a.TimeUS <= 0 {
-			continue
-		}
-		if deleted == nil {
-			deleted = map[syntax.DID]int64{}
-		}
-		deleted[a.DID] = max(deleted[a.DID], a.TimeUS)
-	}
-	return deleted
 }
 
 // begin opens a write transaction with the hot statements ready. The
