@@ -60,8 +60,8 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE feed_targets SET enabled = 0`); err != nil {
 		return err
 	}
-	var gained []string   // feeds with a lane new or enabled again
-	var refollowed []lane // lanes whose follow collection changed
+	var gained []string // feeds with a lane new or enabled again
+	var stale []lane    // lanes whose rows are stale: follow collection changed, or re-enabled
 	for _, f := range feeds {
 		followID, err := internCollection(ctx, tx, f.FollowCollection)
 		if err != nil {
@@ -96,8 +96,12 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 			}
 			key := laneKey{f.Name, t.Collection}
 			before, stored := followedBy[key]
-			if stored && before != followID {
-				refollowed = append(refollowed, l)
+			// A lane whose follow collection changed holds the old graph's
+			// rows; one disabled until now missed the unfollows and deletes
+			// that reached only enabled lanes meanwhile (the sweep may not
+			// have emptied it yet). Either is cleared and rebuilt (gained).
+			if stored && (before != followID || !enabled[key]) {
+				stale = append(stale, l)
 			}
 			if (!enabled[key] || stored && before != followID) && !slices.Contains(gained, f.Name) {
 				gained = append(gained, f.Name)
@@ -128,7 +132,7 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 		}
 		return nil // rolled back: nothing was written
 	}
-	for _, l := range refollowed {
+	for _, l := range stale {
 		if err := s.clearLane(ctx, tx, l); err != nil {
 			return err
 		}
@@ -232,8 +236,10 @@ func (s *Store) clearLane(ctx context.Context, tx *sql.Tx, l lane) error {
 		return fmt.Errorf("clear feed %q lane %s: %w", l.feed, l.collection, err)
 	}
 	n, _ := r.RowsAffected()
-	s.log.Info("feed follows another collection: its rows from the old one are removed",
-		"feed", l.feed, "collection", l.collection, "follow_collection", l.followCollection, "rows", n)
+	if n > 0 {
+		s.log.Info("feed lane was disabled or followed another collection: its stale rows are removed before its rebuild",
+			"feed", l.feed, "collection", l.collection, "follow_collection", l.followCollection, "rows", n)
+	}
 	return nil
 }
 
