@@ -171,12 +171,18 @@ func (w *txWriter) unfollowed(viewerID, followCollID, subjectID int64) error {
 // now, and remembered so (followed_cache.go). One not known to be
 // followed before may have just entered the scope, so its listings are
 // wanted; one already followed had them marked when it entered, or has
-// them stored.
+// them stored. The cache does not say through which follow collection:
+// with feeds on more than one, an account followed through one and now
+// through another has the other's target listings wanted every time
+// (wantListing changes nothing where they are due or complete).
 func (w *txWriter) enteredScope(subjectID, followCollID int64) error {
-	if w.knownFollowed(subjectID) {
+	known := w.knownFollowed(subjectID)
+	if known && len(w.s.lanesByFollow) <= 1 {
 		return nil
 	}
-	w.rememberFollowed(subjectID)
+	if !known {
+		w.rememberFollowed(subjectID)
+	}
 	return w.wantListings(subjectID, followCollID)
 }
 

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // An account that leaves the scope takes its stored records with it: its
@@ -182,5 +184,34 @@ func TestASelfFollowedAccountFollowedLaterIsListed(t *testing.T) {
 		if len(due) != 1 || due[0].Account != did("v1") {
 			t.Errorf("self-follow %v: due listings %v, want v1's posts", self, due)
 		}
+	}
+}
+
+// Two feeds over different follow collections and targets: an account
+// already followed through one (so in the followed cache) and then
+// followed through the other must have the other feed's target listing
+// wanted, as for any account entering a follow graph.
+func TestAFollowThroughASecondFollowCollectionWantsItsListings(t *testing.T) {
+	const subNSID = syntax.NSID("com.example.graph.subscribe")
+	const articleNSID = syntax.NSID("com.example.article")
+	feeds := []Feed{
+		{Name: "following", FollowCollection: followNSID, MergeLimit: 100, Targets: []Target{{Collection: postNSID, Cap: 200}}},
+		{Name: "subs", FollowCollection: subNSID, MergeLimit: 100, Targets: []Target{{Collection: articleNSID, Cap: 200}}},
+	}
+	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: feeds})
+	register(t, s, "v1", "following")
+	register(t, s, "v2", "subs")
+	apply(t, s, follow("v1", "x", "f1", 1))
+	sub := follow("v2", "x", "s1", 2)
+	sub.Collection = subNSID
+	apply(t, s, sub)
+
+	due, err := s.DueListings(t.Context(), time.Unix(1<<33, 0), 10, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ListingKey{did("x"), articleNSID}
+	if !slices.Contains(due, want) {
+		t.Errorf("due listings %v: x's %s listing, wanted by v2's subscription, is not due", due, articleNSID)
 	}
 }
