@@ -23,10 +23,16 @@ import (
 //     out: the join with records finds it gone, or finds another record
 //     under its reused rowid, which the join on author, collection and
 //     sort key tells apart (the crash test caught a deleted post's
-//     followers receiving the next post stored under its id);
+//     followers receiving the next post stored under its id, before
+//     record ids stopped being reused);
 //   - a follow or unfollow later in the transaction is seen by the
 //     fan-out, which is the same end state as fanning out first and then
-//     merging (INSERT OR IGNORE) or unmerging the followee's records.
+//     merging (INSERT OR IGNORE) or unmerging the followee's records,
+//     but for the merge limit: a follow's merge brings the followee's
+//     newest merge_limit records, and the fan-out then gives the new
+//     follower all of the followee's records queued earlier in the
+//     transaction, where one event a batch would have given it only the
+//     merge's (found by a review; left as found, docs/hostile.md).
 
 // fanoutSQL: pending_fanout is a TEMP table (memory, this connection only),
 // so queueing costs no page of the database file.
