@@ -2,7 +2,6 @@ package feeds
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -78,8 +77,7 @@ func (w *txWriter) applyKnownAccount(a *AccountStatus, id int64) error {
 }
 
 // deleteAccount deletes a deleted account's records and follows, burying
-// them (buryAccount), its feeds, listings and profile. ApplyBatch runs it
-// again after the batch's changes (redeleteAccounts).
+// them (buryAccount), its feeds, listings and profile.
 func (w *txWriter) deleteAccount(id, timeUS int64) error {
 	if err := w.buryAccount(id, timeUS); err != nil {
 		return err
@@ -110,35 +108,6 @@ func (w *txWriter) deleteAccount(id, timeUS int64) error {
 	for _, sub := range subjects {
 		if err := w.leaveScopeIfUnfollowed(sub); err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-// redeleteAccounts deletes again, once a batch's changes are applied, the
-// accounts whose last status event in the batch is a deletion. Account
-// events go before the changes (ApplyBatch), so the account's creates
-// from before its deletion in the same batch were stored after it; the
-// reconnect rewind would later find them stored, with no tombstone to
-// keep them out. Accounts the first pass did not know were deleted after
-// the changes already (unknown).
-func (w *txWriter) redeleteAccounts(accounts []AccountStatus, unknown []int) error {
-	last := map[syntax.DID]int{}
-	for i, a := range accounts {
-		last[a.DID] = i
-	}
-	for i, a := range accounts {
-		if last[a.DID] != i || a.Status != "deleted" || slices.Contains(unknown, i) {
-			continue
-		}
-		id, found, err := w.existingActorID(a.DID)
-		if err != nil {
-			return err
-		}
-		if found {
-			if err := w.deleteAccount(id, a.TimeUS); err != nil {
-				return err
-			}
 		}
 	}
 	return nil

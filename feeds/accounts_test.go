@@ -107,9 +107,10 @@ func TestAnAccountBackFromGoneIsListedAgain(t *testing.T) {
 }
 
 // A post of an inactive author reaches no feed, whatever the batch order:
-// a batch applies its account events first, so a post and its author's
-// deactivation in one batch, or a post replayed after the author was
-// deleted, are stored without a fan-out. Coming back merges them.
+// the fan-out runs at commit, after the batch's account events, so a post
+// and its author's later deactivation in one batch are stored without a
+// fan-out, and a post replayed after the author was deleted meets its
+// tombstone. Coming back merges the stored ones.
 func TestAnInactiveAuthorsPostsDoNotFanOut(t *testing.T) {
 	s := openViewerMode(t)
 	ctx := context.Background()

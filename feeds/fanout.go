@@ -51,10 +51,10 @@ var fanoutSQL = struct {
 	// apply is the one statement that turns target writes into feed rows:
 	// every lane carrying the collection, joined with every follower of the
 	// author through follows_by_subject, written in primary-key order. An
-	// inactive author's records are stored but reach no feed: a batch
-	// applies its account events first, so a post and the author's
-	// deactivation in one batch (or a replayed post of a deleted account)
-	// must not fan out; a reactivation merges them (applyAccount). Who
+	// inactive author's records are stored but reach no feed: the fan-out
+	// runs at commit, after the batch's account events, so a post and the
+	// author's later deactivation in one batch must not fan out; a
+	// reactivation merges them (applyAccount). Who
 	// counts as a recipient is decided here and nowhere else (see
 	// audience.go). Duplicate follow records of one subject collapse on the
 	// primary key. CROSS JOIN fixes the loop order: the temp table has no

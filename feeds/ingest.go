@@ -27,38 +27,31 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 		return BatchResult{}, err
 	}
 	defer w.tx.Rollback()
-	// Account events go first: an account's latest status decides what
-	// of its changes in the batch reaches feeds (the fan-out at commit
-	// skips inactive authors). One the store does not know yet is tried
-	// again after the changes, which may have interned it (a follow of it,
-	// a post by it): else its deactivation or deletion was lost whenever
-	// the account and its status change shared a batch.
-	var unknown []int
-	for i := range b.Accounts {
-		known, err := w.applyAccount(&b.Accounts[i])
-		if err != nil {
-			return BatchResult{}, fmt.Errorf("apply account status of %s: %w", b.Accounts[i].DID, err)
-		}
-		if !known {
-			unknown = append(unknown, i)
-		}
-	}
 	if err := w.forgetHandles(b.Identities); err != nil {
 		return BatchResult{}, err
 	}
+	// Changes and account events are applied in stream order, as one
+	// event a batch would apply them (accountSchedule). Applied before the
+	// changes, as they once were, a deletion found nothing yet of the
+	// creates that came before it in its own batch, which then outlived it
+	// with no tombstone. The fan-out at commit skips authors inactive by
+	// the end of the batch.
+	sched := newAccountSchedule(b)
 	for i := range b.Changes {
-		if err := w.apply(&b.Changes[i]); err != nil {
-			c := &b.Changes[i]
+		c := &b.Changes[i]
+		for _, a := range sched.before(i, c.TimeUS) {
+			if _, err := w.applyAccount(a); err != nil {
+				return BatchResult{}, fmt.Errorf("apply account status of %s: %w", a.DID, err)
+			}
+		}
+		if err := w.apply(c); err != nil {
 			return BatchResult{}, fmt.Errorf("apply %s %s/%s/%s: %w", c.Op, c.DID, c.Collection, c.RKey, err)
 		}
 	}
-	for _, i := range unknown {
-		if _, err := w.applyAccount(&b.Accounts[i]); err != nil {
-			return BatchResult{}, fmt.Errorf("apply account status of %s: %w", b.Accounts[i].DID, err)
+	for _, a := range sched.rest() {
+		if _, err := w.applyAccount(a); err != nil {
+			return BatchResult{}, fmt.Errorf("apply account status of %s: %w", a.DID, err)
 		}
-	}
-	if err := w.redeleteAccounts(b.Accounts, unknown); err != nil {
-		return BatchResult{}, fmt.Errorf("delete accounts after the batch's changes: %w", err)
 	}
 	failpoint.Hit(failpoint.IngestBeforeCursor)
 	if b.Cursor.TimeUS > 0 {
