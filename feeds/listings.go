@@ -259,8 +259,20 @@ func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, listingRev
 	var id, sortUS int64
 	var rev string
 	found, err := w.queryRow(w.s.stmts.recordByKey, []any{actorID, collID, string(r.RKey)}, &id, &rev, &sortUS)
-	if err != nil || found {
+	if err != nil {
 		return false, err
+	}
+	if found {
+		// Listed, though not written: it ages from now in stream time, as
+		// a record the listing writes does (retainFrom below). Else
+		// retention could retire it behind this listing, which would then
+		// end complete without it; retention reopens complete listings
+		// only (retainListing).
+		if _, err := w.tx.ExecContext(w.ctx, `UPDATE records SET indexed_us = ?2 WHERE id = ?1 AND indexed_us < ?2`,
+			id, w.s.Cursor().TimeUS); err != nil {
+			return false, fmt.Errorf("refresh listed record: %w", err)
+		}
+		return false, nil
 	}
 	blocked, restored, err := w.listedTombstone(actorID, collID, r.RKey, listingRev)
 	if err != nil || blocked {

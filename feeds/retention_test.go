@@ -503,3 +503,43 @@ func TestATombstoneBacklogDoesNotDelayAFullLap(t *testing.T) {
 		t.Errorf("the tick the full lap was due retired %d records, want alice's ten", r.RecordsRetired)
 	}
 }
+
+// A listing in progress that passes a stored record counts as having
+// listed it: it ages from then, as a record the listing wrote does, so
+// retention does not retire it behind the listing, which would complete
+// without it (retainListing reopens complete listings only). Before, the
+// record kept its old indexed time and the listing claimed a hole (found
+// by a review).
+func TestRetentionLeavesNoHoleBehindAListingInProgress(t *testing.T) {
+	ctx := context.Background()
+	s := openSweep(t, t.TempDir()+"/appview.db", defaultFeeds, SweepOptions{Retention: time.Hour, TombstoneWindow: -1})
+	apply(t, s, post("bob", "old", 1)) // stored, held by no feed
+	// v follows bob (so bob is in scope); no feed row holds "old".
+	mustExec(t, s, `INSERT INTO actors (did) VALUES (?) ON CONFLICT DO NOTHING`, string(did("v")))
+	mustExec(t, s, `INSERT INTO follows (actor_id, collection_id, rkey, subject_id, rev)
+		SELECT (SELECT id FROM actors WHERE did = ?1), ?2, 'f', (SELECT id FROM actors WHERE did = ?3), 'r'`,
+		string(did("v")), s.followColls[followNSID], string(did("bob")))
+	rkey := "old"
+	listed := ListedRecord{RKey: "old", CID: "bafypostold",
+		Value: json.RawMessage(`{"$type":"app.bsky.feed.post","text":"old"}`)}
+	now := t0.Add(1000 * time.Hour)
+	// Page 1 of bob's listing passes the stored record, 59 minutes of
+	// stream time after it was stored.
+	apply(t, s, post("carol", "mid", 59*hourUS/60))
+	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("bob"), Collection: postNSID,
+		Records: []ListedRecord{listed}, To: Listing{Round: 1, Page: 1, Cursor: "c1"}}, now); err != nil {
+		t.Fatal(err)
+	}
+	// Stream time moves past the record's window, not the listing's.
+	apply(t, s, post("carol", "now", 90*hourUS/60))
+	settleRetention(t, s)
+	// The listing's last page completes it.
+	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("bob"), Collection: postNSID,
+		To: Listing{Round: 1, Page: 2, Complete: true}}, now); err != nil {
+		t.Fatal(err)
+	}
+	complete := querySQL[int](t, s, `SELECT complete FROM listings WHERE actor_id = (SELECT id FROM actors WHERE did = ?)`, string(did("bob")))
+	if got := storedRKeys(t, s, "records"); !slices.Contains(got, rkey) || complete != 1 {
+		t.Fatalf("records = %v, listing complete = %d: want %q kept and the listing complete", got, complete, rkey)
+	}
+}
