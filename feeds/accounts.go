@@ -11,17 +11,13 @@ import (
 // followers' feeds; coming back merges
 // its newest stored records into its followers' feeds again, as a follow
 // merge does. A deleted account's records and follows are deleted.
-// Accounts the store never interned are not touched: known says whether
-// the account was.
-func (w *txWriter) applyAccount(a *AccountStatus) (known bool, err error) {
+// Accounts the store never interned are not touched, as one event a batch
+// would find them unknown (accountSchedule).
+func (w *txWriter) applyAccount(a *AccountStatus) error {
 	id, found, err := w.existingActorID(a.DID)
 	if err != nil || !found {
-		return false, err
+		return err
 	}
-	return true, w.applyKnownAccount(a, id)
-}
-
-func (w *txWriter) applyKnownAccount(a *AccountStatus, id int64) error {
 	var wasActive bool
 	var statusUS int64
 	if _, err := w.queryRow(w.s.stmts.actorStatus, []any{id}, &wasActive, &statusUS); err != nil {

@@ -44,9 +44,9 @@ var fanoutSQL = struct {
 		author_id     INTEGER NOT NULL,
 		collection_id INTEGER NOT NULL,
 		sort_us       INTEGER NOT NULL)`,
-	// queue replaces a pending row of the same record id: records.id is a
-	// rowid, and one deleted in this transaction can be handed out again
-	// to the next record inserted.
+	// queue replaces a pending row of the same record id, should a record
+	// be queued twice; ids are never reused (newRecordID), so a pending
+	// row never stands for another record.
 	queue: `INSERT OR REPLACE INTO temp.pending_fanout (author_id, collection_id, sort_us, record_id) VALUES (?, ?, ?, ?)`,
 	// apply is the one statement that turns target writes into feed rows:
 	// every lane carrying the collection, joined with every follower of the

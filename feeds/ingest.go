@@ -39,19 +39,15 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 	sched := newAccountSchedule(b)
 	for i := range b.Changes {
 		c := &b.Changes[i]
-		for _, a := range sched.before(i, c.TimeUS) {
-			if _, err := w.applyAccount(a); err != nil {
-				return BatchResult{}, fmt.Errorf("apply account status of %s: %w", a.DID, err)
-			}
+		if err := w.applyAccounts(sched.before(i, c.TimeUS)); err != nil {
+			return BatchResult{}, err
 		}
 		if err := w.apply(c); err != nil {
 			return BatchResult{}, fmt.Errorf("apply %s %s/%s/%s: %w", c.Op, c.DID, c.Collection, c.RKey, err)
 		}
 	}
-	for _, a := range sched.rest() {
-		if _, err := w.applyAccount(a); err != nil {
-			return BatchResult{}, fmt.Errorf("apply account status of %s: %w", a.DID, err)
-		}
+	if err := w.applyAccounts(sched.rest()); err != nil {
+		return BatchResult{}, err
 	}
 	failpoint.Hit(failpoint.IngestBeforeCursor)
 	if b.Cursor.TimeUS > 0 {
@@ -76,6 +72,16 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 	}
 	s.metrics.observeCursor(s.Cursor().TimeUS)
 	return w.res, nil
+}
+
+// applyAccounts applies account events in order.
+func (w *txWriter) applyAccounts(events []*AccountStatus) error {
+	for _, a := range events {
+		if err := w.applyAccount(a); err != nil {
+			return fmt.Errorf("apply account status of %s: %w", a.DID, err)
+		}
+	}
+	return nil
 }
 
 // begin opens a write transaction with the hot statements ready. The
