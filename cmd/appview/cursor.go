@@ -25,8 +25,7 @@ func cursorCmd(ctx context.Context, args, environ []string, stdout, stderr io.Wr
 		return errors.New("cursor: want show or reset")
 	}
 	if isHelp(args[0]) {
-		_, err := fmt.Fprint(stdout, "usage:\n"+cursorUsage)
-		return err
+		return cursorHelp(stdout)
 	}
 	switch args[0] {
 	case "show":
@@ -52,30 +51,24 @@ func cursorReset(ctx context.Context, args, environ []string, stdout, stderr io.
 		return errors.New("cursor reset: want jetstream, account DID or viewer DID")
 	}
 	what, rest := args[0], args[1:]
+	takesDID := what == "account" || what == "viewer"
+	if isHelp(what) || takesDID && len(rest) > 0 && isHelp(rest[0]) {
+		return cursorHelp(stdout)
+	}
+	if !takesDID && what != "jetstream" {
+		return fmt.Errorf("cursor reset: unknown target %q", what)
+	}
 	var subject syntax.DID
-	if what == "account" || what == "viewer" {
+	if takesDID {
 		if len(rest) == 0 {
 			return fmt.Errorf("cursor reset %s: want a DID", what)
 		}
-		if isHelp(rest[0]) {
-			what = "-h"
-		} else {
-			// Checked before the database is opened (and made, if absent).
-			did, err := syntax.ParseDID(rest[0])
-			if err != nil {
-				return fmt.Errorf("%s: %w", what, err)
-			}
-			subject, rest = did, rest[1:]
+		// Checked before the database is opened (and made, if absent).
+		did, err := syntax.ParseDID(rest[0])
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
-	}
-	if isHelp(what) {
-		_, err := fmt.Fprint(stdout, "usage:\n"+cursorUsage)
-		return err
-	}
-	switch what {
-	case "jetstream", "account", "viewer":
-	default:
-		return fmt.Errorf("cursor reset: unknown target %q", what)
+		subject, rest = did, rest[1:]
 	}
 	var to, collection, feed *string
 	extra := func(fs *flag.FlagSet) {
@@ -119,6 +112,12 @@ func cursorReset(ctx context.Context, args, environ []string, stdout, stderr io.
 	}
 	fmt.Fprintf(stdout, "%s %s: %s -> %s\n", e.Action, e.Target, e.Old, e.New)
 	return nil
+}
+
+// cursorHelp prints the cursor commands' usage.
+func cursorHelp(stdout io.Writer) error {
+	_, err := fmt.Fprint(stdout, "usage:\n"+cursorUsage)
+	return err
 }
 
 // auditCmd lists the audit log.
