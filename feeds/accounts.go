@@ -73,7 +73,7 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 }
 
 // deleteAccount deletes a deleted account's records and follows, burying
-// them (buryAccount), its feeds, listings and profile.
+// them (buryAccount), its feeds, listings, profile and handle.
 func (w *txWriter) deleteAccount(id, timeUS int64) error {
 	if err := w.buryAccount(id, timeUS); err != nil {
 		return err
@@ -95,11 +95,17 @@ func (w *txWriter) deleteAccount(id, timeUS int64) error {
 		`DELETE FROM feed_items WHERE viewer_id = ?`,
 		`DELETE FROM follows WHERE actor_id = ?`,
 		`DELETE FROM listings WHERE actor_id = ?`,
-		`DELETE FROM profiles WHERE actor_id = ?`,
+		`UPDATE actors SET handle = NULL WHERE id = ? AND handle IS NOT NULL`,
 	} {
 		if _, err := w.tx.ExecContext(w.ctx, q, id); err != nil {
 			return fmt.Errorf("delete account data: %w", err)
 		}
+	}
+	// Dropped as when it leaves the scope, so a profile fetch begun before
+	// the deletion does not store what it read
+	// (TestAFetchSpanningAnAccountDeletionIsNotStored).
+	if err := w.dropProfile(id); err != nil {
+		return err
 	}
 	for _, sub := range subjects {
 		if err := w.leaveScopeIfUnfollowed(sub); err != nil {

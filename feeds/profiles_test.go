@@ -413,3 +413,53 @@ func TestAFetchedProfileOfAnAccountOutOfScopeIsNotStored(t *testing.T) {
 		})
 	}
 }
+
+// A profile fetch begun before carol's account was deleted ends after the
+// deletion committed: it must store neither the copy nor the handle it
+// read before, as when she leaves the scope (dropProfile).
+func TestAFetchSpanningAnAccountDeletionIsNotStored(t *testing.T) {
+	s := profileStore(t) // alice views, follows carol
+	ctx := context.Background()
+	apply(t, s, profileChange("carol", OpCreate, 20, "Carol"))
+
+	seq := s.IdentitySeq() // a read's fetch of carol starts
+	if _, err := s.ApplyBatch(ctx, &Batch{Cursor: StreamCursor{TimeUS: 30},
+		Accounts: []AccountStatus{{DID: did("carol"), Active: false, Status: "deleted", TimeUS: 30}}}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "carol"); p.Known {
+		t.Fatalf("the deletion kept carol's profile: %+v", p)
+	}
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{
+		DID: did("carol"), HandleResolved: true, Handle: "carol.test",
+		RecordFetched: true, Present: true, CID: "bafyfetched", Fields: ProfileFields{DisplayName: "Carol (before deletion)"},
+		At: time.Unix(100, 0), IdentitySeq: seq,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "carol"); p.Known || p.HandleKnown {
+		t.Fatalf("a fetch begun before carol's account was deleted stored her profile after it: %+v", p)
+	}
+}
+
+// A deleted account's verified handle is forgotten with its profile.
+func TestAnAccountDeletionForgetsItsHandle(t *testing.T) {
+	s := profileStore(t)
+	ctx := context.Background()
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{
+		DID: did("carol"), HandleResolved: true, Handle: "carol.test",
+		At: time.Unix(100, 0), IdentitySeq: s.IdentitySeq(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "carol"); !p.HandleKnown {
+		t.Fatalf("the fetched handle was not stored: %+v", p)
+	}
+	if _, err := s.ApplyBatch(ctx, &Batch{Cursor: StreamCursor{TimeUS: 30},
+		Accounts: []AccountStatus{{DID: did("carol"), Active: false, Status: "deleted", TimeUS: 30}}}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "carol"); p.HandleKnown {
+		t.Fatalf("the deletion kept carol's handle: %+v", p)
+	}
+}
