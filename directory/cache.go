@@ -3,10 +3,14 @@ package directory
 import (
 	"container/list"
 	"context"
+	"errors"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sync/singleflight"
+
+	"github.com/atfeeds/appview/egress"
 )
 
 // cache holds answers and failures for a while, bounded in size, and makes
@@ -71,7 +75,7 @@ func (c *cache[V]) get(ctx context.Context, key string, fetch func(context.Conte
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 		defer cancel()
 		val, err := fetch(fctx)
-		e := &entry[V]{key: key, val: val, err: err}
+		e := &entry[V]{key: key, val: val, err: boundError(err)}
 		c.end(key, seq, e)
 		return e, nil
 	})
@@ -174,4 +178,47 @@ func (c *cache[V]) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.order.Len()
+}
+
+// maxCachedErrorBytes bounds the message of a cached failure. A hostile
+// host chooses much of it (a refused redirect's error carries its
+// Location, up to the 64 KiB header cap), the cache is bounded by entries
+// and not bytes, and it keeps a failure for ErrTTL
+// (TestACachedFailureKeepsAShortMessage).
+const maxCachedErrorBytes = 512
+
+// kinds are the errors callers tell failures apart by.
+var kinds = []error{ErrNotFound, ErrHandleMismatch, ErrInvalidDocument, ErrForbiddenPDS, ErrUnavailable,
+	egress.ErrForbiddenAddress, egress.ErrTooLarge, context.DeadlineExceeded, context.Canceled}
+
+// cachedError is a failure as the cache keeps it: its message, cut short,
+// and the kinds it was, so errors.Is answers as for the original; nothing
+// else of the original is kept.
+type cachedError struct {
+	msg   string
+	kinds []error
+}
+
+func (e *cachedError) Error() string   { return e.msg }
+func (e *cachedError) Unwrap() []error { return e.kinds }
+
+func boundError(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if len(msg) > maxCachedErrorBytes {
+		cut := maxCachedErrorBytes
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "…"
+	}
+	e := &cachedError{msg: msg}
+	for _, k := range kinds {
+		if errors.Is(err, k) {
+			e.kinds = append(e.kinds, k)
+		}
+	}
+	return e
 }

@@ -359,6 +359,7 @@ func TestBadDocuments(t *testing.T) {
 		"ftp endpoint":   {string(plctest.Document(alice, "", "ftp://pds.example.com")), ErrInvalidDocument},
 		"no host":        {string(plctest.Document(alice, "", "https:///xrpc")), ErrInvalidDocument},
 		"userinfo":       {string(plctest.Document(alice, "", "https://u:p@pds.example.com")), ErrInvalidDocument},
+		"long endpoint":  {string(plctest.Document(alice, "", "https://pds.example.com/"+strings.Repeat("a", 60_000))), ErrInvalidDocument},
 		"oversized":      {`{"id":"` + alice.String() + `","alsoKnownAs":[` + big + `"at://a.test"]}`, ErrInvalidDocument},
 		"loopback":       {string(plctest.Document(alice, "", "http://127.0.0.1:2583")), ErrForbiddenPDS},
 		"private":        {string(plctest.Document(alice, "", "http://10.0.0.1")), ErrForbiddenPDS},

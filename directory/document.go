@@ -81,10 +81,19 @@ func parseDocument(did syntax.DID, body []byte, allowPrivate bool) (document, er
 	return document{}, fmt.Errorf("%w: no #atproto_pds service", ErrInvalidDocument)
 }
 
-// checkPDSURL accepts an absolute http(s) URL with a host and no credentials,
-// query or fragment, and returns it without a trailing slash. Host names are
-// checked again, on the resolved address, when egress connects.
+// maxPDSURLBytes bounds a PDS endpoint. A real one is a scheme, a host
+// name (at most 253 bytes) and perhaps a port; a longer one is a stranger's
+// way to make every cached document, listing row and limiter key large.
+const maxPDSURLBytes = 512
+
+// checkPDSURL accepts an absolute http(s) URL of at most maxPDSURLBytes
+// with a host and no credentials, query or fragment, and returns it without
+// a trailing slash. Host names are checked again, on the resolved address,
+// when egress connects.
 func checkPDSURL(endpoint string, allowPrivate bool) (string, error) {
+	if len(endpoint) > maxPDSURLBytes {
+		return "", fmt.Errorf("%w: PDS endpoint %q is longer than %d bytes", ErrInvalidDocument, truncate(endpoint), maxPDSURLBytes)
+	}
 	u, err := url.Parse(endpoint)
 	if err != nil {
 		return "", fmt.Errorf("%w: PDS endpoint %q: %v", ErrInvalidDocument, truncate(endpoint), err)

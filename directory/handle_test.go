@@ -6,12 +6,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/atfeeds/appview/directory/plctest"
+	"github.com/atfeeds/appview/egress"
 )
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -108,5 +110,44 @@ func TestParseDocument(t *testing.T) {
 	doc, err = parseDocument(alice, []byte(body), false)
 	if err != nil || doc.handle != "" || doc.pds != "http://pds.example.com:2583" {
 		t.Fatalf("got %+v %v", doc, err)
+	}
+}
+
+// A handle's host answers with a redirect whose Location runs to 60 KB.
+// The failure is cached for ErrTTL, and the cache is bounded by entries,
+// not bytes: what it keeps of the message must be short, whoever chose it,
+// and still say what kind of failure it was.
+func TestACachedFailureKeepsAShortMessage(t *testing.T) {
+	loc := "http://10.0.0.1/" + strings.Repeat("a", 60_000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", loc)
+		w.WriteHeader(http.StatusFound)
+	}))
+	defer srv.Close()
+	// The production client, with the handle's https host sent to srv.
+	client := egress.NewClient(egress.Options{})
+	client.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.URL.Scheme, r.URL.Host = "http", srv.Listener.Addr().String()
+		return http.DefaultTransport.RoundTrip(r)
+	})
+	d := New(Config{HTTPClient: client})
+	d.lookupTXT = func(_ context.Context, name string) ([]string, error) {
+		return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
+	}
+
+	_, err := d.LookupHandle(t.Context(), "long.example.com")
+	if err == nil {
+		t.Fatal("a handle whose host only redirects resolved")
+	}
+	e, ok := d.handles.lookup("long.example.com")
+	if !ok || e.err == nil {
+		t.Fatalf("the failure was not cached: %v", err)
+	}
+	if n := len(e.err.Error()); n > maxCachedErrorBytes+len("…") {
+		t.Fatalf("the cached failure keeps a %d-byte message, want at most %d", n, maxCachedErrorBytes)
+	}
+	if !errors.Is(e.err, ErrUnavailable) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("the cached failure lost its kind: %v", e.err)
 	}
 }
