@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -21,6 +22,8 @@ type cache[V any] struct {
 	max            int
 	timeout        time.Duration
 	group          singleflight.Group
+	// slots holds a token for each fetch in flight, at most MaxFetches.
+	slots chan struct{}
 
 	mu      sync.Mutex
 	entries map[string]*list.Element // of *entry[V]
@@ -47,6 +50,7 @@ func newCache[V any](cfg Config) *cache[V] {
 		errTTL:   cfg.ErrTTL,
 		max:      cfg.MaxEntries,
 		timeout:  cfg.Timeout,
+		slots:    make(chan struct{}, cfg.MaxFetches),
 		entries:  make(map[string]*list.Element),
 		order:    list.New(),
 		inflight: make(map[string]int),
@@ -70,6 +74,17 @@ func (c *cache[V]) get(ctx context.Context, key string, fetch func(context.Conte
 		// A flight that ended between our lookup and DoChan has stored.
 		if e, ok := c.lookup(key); ok {
 			return e, nil
+		}
+		// Every fetch is a stranger's DNS name or host, and the handles of
+		// getFeed's actor reach here before any admission: past the bound
+		// the lookup fails at once, and is not cached, rather than queue
+		// sockets and goroutines for as long as a fetch may take
+		// (TestLookupsInFlightAreBounded).
+		select {
+		case c.slots <- struct{}{}:
+			defer func() { <-c.slots }()
+		default:
+			return &entry[V]{key: key, err: errTooManyFetches}, nil
 		}
 		seq := c.begin(key)
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
@@ -179,6 +194,9 @@ func (c *cache[V]) len() int {
 	defer c.mu.Unlock()
 	return c.order.Len()
 }
+
+// errTooManyFetches answers a lookup past Config.MaxFetches.
+var errTooManyFetches = fmt.Errorf("%w: too many lookups in flight", ErrUnavailable)
 
 // maxCachedErrorBytes bounds the message of a cached failure. A hostile
 // host chooses much of it (a refused redirect's error carries its

@@ -52,6 +52,9 @@ type Config struct {
 	HitTTL, ErrTTL time.Duration
 	// MaxEntries bounds each of the DID and handle caches (default 100,000).
 	MaxEntries int
+	// MaxFetches bounds each cache's lookups in flight (default 256); one
+	// more fails at once with ErrUnavailable and is not cached.
+	MaxFetches int
 	// HTTPClient is used for every request (default an egress client that
 	// follows AllowPrivateNetworks).
 	HTTPClient *http.Client
@@ -73,6 +76,7 @@ const (
 	defaultHitTTL     = time.Hour
 	defaultErrTTL     = 2 * time.Minute
 	defaultMaxEntries = 100_000
+	defaultMaxFetches = 256
 	defaultTimeout    = 30 * time.Second
 
 	// maxDocumentBytes caps a DID document; real ones are about 1 KiB.
@@ -120,6 +124,9 @@ func New(cfg Config) *Directory {
 	}
 	if cfg.MaxEntries <= 0 {
 		cfg.MaxEntries = defaultMaxEntries
+	}
+	if cfg.MaxFetches <= 0 {
+		cfg.MaxFetches = defaultMaxFetches
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = defaultTimeout

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
@@ -149,5 +150,47 @@ func TestACachedFailureKeepsAShortMessage(t *testing.T) {
 	}
 	if !errors.Is(e.err, ErrUnavailable) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("the cached failure lost its kind: %v", e.err)
+	}
+}
+
+// A handle lookup holds a DNS query and an HTTPS exchange for up to the
+// timeout, and getFeed starts one for any handle a client names. Past
+// MaxFetches a lookup fails at once, as unavailable, and is not cached,
+// so it is tried again once the others are done.
+func TestLookupsInFlightAreBounded(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "slow.example.com", pds1)
+	plc.Add(bob, "quick.example.com", pds2)
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	d := New(Config{PLCURL: plc.URL(), MaxFetches: 1,
+		HTTPClient: egress.NewClient(egress.Options{AllowPrivateNetworks: true, Timeout: 5 * time.Second})})
+	d.lookupTXT = func(ctx context.Context, name string) ([]string, error) {
+		if name == "_atproto.slow.example.com" {
+			started <- struct{}{}
+			<-release
+			return []string{"did=" + alice.String()}, nil
+		}
+		return []string{"did=" + bob.String()}, nil
+	}
+
+	slow := make(chan error, 1)
+	go func() {
+		_, err := d.LookupHandle(context.Background(), "slow.example.com")
+		slow <- err
+	}()
+	<-started
+	if _, err := d.LookupHandle(t.Context(), "quick.example.com"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a lookup past the bound: got %v, want ErrUnavailable", err)
+	}
+	if _, ok := d.handles.lookup("quick.example.com"); ok {
+		t.Fatal("the refused lookup was cached")
+	}
+	close(release)
+	if err := <-slow; err != nil {
+		t.Fatalf("the lookup in flight: %v", err)
+	}
+	if ident, err := d.LookupHandle(t.Context(), "quick.example.com"); err != nil || ident.DID != bob {
+		t.Fatalf("once the slot is free: got %+v %v", ident, err)
 	}
 }
