@@ -6,22 +6,23 @@ import "github.com/prometheus/client_golang/prometheus"
 type outcome string
 
 const (
-	outcomeStored        outcome = "stored"         // the profile record was fetched and stored
-	outcomeAbsent        outcome = "absent"         // the PDS has no profile record for the account
-	outcomeHandleOnly    outcome = "handle_only"    // only the handle was missing, and was verified
-	outcomeIdentityError outcome = "identity_error" // the DID did not resolve
-	outcomePDSError      outcome = "pds_error"      // the PDS failed, refused or timed out
-	outcomeInvalidRecord outcome = "invalid_record" // the PDS sent something that is not a profile
-	outcomeQueueFull     outcome = "queue_full"     // not fetched: the queue was full
+	outcomeStored          outcome = "stored"           // the profile record was fetched and stored
+	outcomeAbsent          outcome = "absent"           // the PDS has no profile record for the account
+	outcomeHandleOnly      outcome = "handle_only"      // only the handle was missing, and was verified
+	outcomeHandleUnchecked outcome = "handle_unchecked" // only the handle was missing, and could not be checked for now
+	outcomeIdentityError   outcome = "identity_error"   // the DID did not resolve
+	outcomePDSError        outcome = "pds_error"        // the PDS failed, refused or timed out
+	outcomeInvalidRecord   outcome = "invalid_record"   // the PDS sent something that is not a profile
+	outcomeQueueFull       outcome = "queue_full"       // not fetched: the queue was full
 )
 
-var outcomes = []outcome{outcomeStored, outcomeAbsent, outcomeHandleOnly, outcomeIdentityError,
+var outcomes = []outcome{outcomeStored, outcomeAbsent, outcomeHandleOnly, outcomeHandleUnchecked, outcomeIdentityError,
 	outcomePDSError, outcomeInvalidRecord, outcomeQueueFull}
 
 // failed outcomes hold the account back for RetryAfter.
 func (o outcome) failed() bool {
 	switch o {
-	case outcomeIdentityError, outcomePDSError, outcomeInvalidRecord:
+	case outcomeHandleUnchecked, outcomeIdentityError, outcomePDSError, outcomeInvalidRecord:
 		return true
 	}
 	return false
@@ -46,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "appview", Subsystem: "profiles", Name: "fetches_total",
-			Help: "Profile fetches from PDSes by outcome: stored, absent, handle_only, identity_error, pds_error, invalid_record, queue_full.",
+			Help: "Profile fetches from PDSes by outcome: stored, absent, handle_only, handle_unchecked, identity_error, pds_error, invalid_record, queue_full.",
 		}, []string{"outcome"}),
 		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "appview", Subsystem: "profiles", Name: "hydrated_total",

@@ -281,7 +281,10 @@ func (s *Service) process(ctx context.Context, j *job) error {
 	fctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
 	defer cancel()
 	fp, outcome := s.fetch(fctx, j)
-	failed := outcome.failed()
+	// A handle that could not be checked leaves the account incomplete,
+	// so every read would queue it again: it is held back like a failure
+	// (TestAHandleThatCouldNotBeCheckedIsHeldBack).
+	failed := outcome.failed() || !fp.HandleResolved
 	var err error
 	if fp.HandleResolved || fp.RecordFetched {
 		// The write gets its own time: a fetch that used all of its
@@ -321,6 +324,9 @@ func (s *Service) fetch(ctx context.Context, j *job) (feeds.FetchedProfile, outc
 	// it again, rather than showing no handle for good.
 	fp.HandleResolved, fp.Handle = !ident.HandleUnchecked, ident.Handle
 	if !j.record {
+		if ident.HandleUnchecked {
+			return fp, outcomeHandleUnchecked
+		}
 		return fp, outcomeHandleOnly
 	}
 	u, err := url.Parse(ident.PDS)

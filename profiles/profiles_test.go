@@ -280,6 +280,29 @@ func TestAHandleThatCouldNotBeCheckedIsAskedAgain(t *testing.T) {
 	}
 }
 
+// A handle that could not be checked is held back like any failed fetch:
+// reads within RetryAfter queue no job for it and wait for none.
+func TestAHandleThatCouldNotBeCheckedIsHeldBack(t *testing.T) {
+	w := newWorld(t, Config{Wait: 5 * time.Second, RetryAfter: 10 * time.Minute}, "carol")
+	w.profileRecord("carol", "Carol")
+	w.plc.FailHandles(1)
+	w.hydrate(t, "carol") // fetches the record; the handle fails
+	for range 3 {
+		w.hydrate(t, "carol")
+	}
+	fetches := 0.0
+	for _, o := range outcomes {
+		fetches += testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues(string(o)))
+	}
+	if fetches != 1 {
+		t.Fatalf("%v fetches of carol within RetryAfter, want 1", fetches)
+	}
+	w.clock.Advance(11 * time.Minute)
+	if ps, _ := w.hydrate(t, "carol"); ps[0].Handle != "carol.test" {
+		t.Fatalf("a read after RetryAfter: %+v, want the handle carol.test", ps[0])
+	}
+}
+
 // slowStore holds every profile write until its deadline, as a write lock
 // held by a long batch would.
 type slowStore struct{ *feeds.Store }
