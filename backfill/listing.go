@@ -125,7 +125,11 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		short := got < limit && !toTheEnd
 		done := ended || short || stuck || (maxRecords > 0 && next.Fetched >= maxRecords)
 		if done {
-			next.Complete, next.Attempts, next.LastError, next.NextRetry = true, 0, "", time.Time{}
+			// A listing that once failed as gone (a deactivated repo,
+			// since reactivated) is not gone any more: DueListings and
+			// wantListing skip gone listings
+			// (TestAListingThatSucceedsAfterGoneIsNotGoneAnyMore).
+			next.Complete, next.Attempts, next.LastError, next.NextRetry, next.Gone = true, 0, "", time.Time{}, false
 		}
 		var span *feeds.KeySpan
 		if len(records) == len(page.Records) && page.Skipped == 0 && !stuck {
@@ -273,6 +277,12 @@ func (s *Service) fetchPage(ctx context.Context, host string, account syntax.DID
 		return pds.Page{}, err
 	}
 	defer release()
+	// The host may have asked us to wait while this request waited for
+	// a slot (TestNoRequestReachesAPausedHostFromTheSlotQueue).
+	if err := s.hostPaused(host, s.cfg.Now()); err != nil {
+		s.metrics.pdsRequest("host_paused")
+		return pds.Page{}, err
+	}
 	page, err := s.pds.ListRecords(ctx, host, account, coll, limit, cursor)
 	s.notePause(host, err, s.cfg.Now())
 	outcome := "ok"
