@@ -182,14 +182,22 @@ func (s *Service) start(key viewerKey, slot *queueSlot) (*firstRead, error) {
 	s.runs.Add(1)
 	go func() {
 		defer s.runs.Done()
-		ctx, cancel := context.WithTimeout(s.background(), s.cfg.RunTimeout)
-		defer cancel()
+		// A queued run waits at most RunTimeout for a running place, and
+		// then has the whole of RunTimeout from its claim: time spent
+		// behind other viewers' runs is not charged to it as a timed-out
+		// attempt (TestAQueuedFirstReadGetsItsRunTimeoutFromItsClaim).
+		bg := s.background()
+		queued, cancelQueued := context.WithTimeout(bg, s.cfg.RunTimeout)
 		select {
 		case s.admit.running <- struct{}{}:
+			cancelQueued()
+			ctx, cancel := context.WithTimeout(bg, s.cfg.RunTimeout)
 			_, r.err = s.runFirstRead(ctx, key, nil)
+			cancel()
 			<-s.admit.running
-		case <-ctx.Done():
-			r.err = ctx.Err()
+		case <-queued.Done():
+			cancelQueued()
+			r.err = queued.Err()
 		}
 		// The place is given back before anyone hears the run ended: a
 		// caller answered at done may ask again at once and must find it
