@@ -379,29 +379,46 @@ func (s *Service) backfillViewer(ctx context.Context, key viewerKey, progress fu
 type accountRun struct {
 	done chan struct{}
 	err  error
+	// cutOff: the fetch ended because its owner's context did (a run
+	// timeout, a shutdown), not for anything the PDS did.
+	cutOff bool
 }
 
 // ensureAccount fetches an account's newest targets of one collection
 // unless they are already stored (its listing is complete), gone, or
-// failed and not yet due again. Concurrent callers share one fetch.
+// failed and not yet due again. Concurrent callers share one fetch; one
+// whose owner was cut off is taken up by a caller still running, so that
+// caller's feed is not built without it.
 func (s *Service) ensureAccount(ctx context.Context, account syntax.DID, coll syntax.NSID) error {
 	key := accountKey{account, coll}
-	s.mu.Lock()
-	r, ok := s.accounts[key]
-	if !ok {
-		r = &accountRun{done: make(chan struct{})}
-		s.accounts[key] = r
-	}
-	s.mu.Unlock()
-	if ok {
+	for {
+		s.mu.Lock()
+		r, ok := s.accounts[key]
+		if !ok {
+			r = &accountRun{done: make(chan struct{})}
+			s.accounts[key] = r
+		}
+		s.mu.Unlock()
+		if !ok {
+			return s.ownAccountRun(ctx, key, r)
+		}
 		select {
 		case <-r.done:
+			if r.cutOff && ctx.Err() == nil {
+				continue
+			}
 			return r.err
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// ownAccountRun runs the fetch the callers of ensureAccount share.
+func (s *Service) ownAccountRun(ctx context.Context, key accountKey, r *accountRun) error {
+	account, coll := key.account, key.collection
 	r.err = s.ensureListing(ctx, account, coll, s.cfg.Depth, "targets")
+	r.cutOff = ourContextEnded(ctx, r.err)
 	s.mu.Lock()
 	delete(s.accounts, key)
 	s.mu.Unlock()

@@ -144,7 +144,12 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		res, err := s.store.ApplyListingPage(ctx, &feeds.ListingPage{Account: account, Collection: coll,
 			Records: records, To: next, FetchedAt: asOf, Span: span}, s.cfg.Now())
 		if err != nil {
-			return err
+			// Recorded like a failed request, so the listing is due again
+			// (at once when our context ended): the first reads that
+			// shared this fetch completed without it, and the retry loop
+			// merges it into their feeds
+			// (TestASharedFolloweeFetchCutOffByItsOwnersTimeoutIsNotLost).
+			return s.fail(ctx, account, coll, st, err, false)
 		}
 		failpoint.Hit(failpoint.BackfillAfterPage)
 		run.Pages++
@@ -162,7 +167,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 			// the caller build a feed on the pages stored so far.
 			cur, err := s.store.ReadListing(ctx, account, coll)
 			if err != nil {
-				return err
+				return s.fail(ctx, account, coll, next, err, false)
 			}
 			if cur.Complete {
 				return nil
