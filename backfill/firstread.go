@@ -103,6 +103,14 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 		return nil
 	}
 	run, err := s.start(key, slot)
+	if err != nil && slot == nil && errors.Is(err, ErrOverloaded) {
+		// An existing viewer due a rebuild (after a gap, a target added,
+		// a failed run due again) is not refused its stored feed: the
+		// rebuild waits for its next read with a place free
+		// (TestAnExistingViewerDueARebuildIsNotRefusedItsFeed).
+		s.metrics.rejected("postponed")
+		return nil
+	}
 	if err != nil {
 		s.metrics.rejected("overloaded")
 		return err

@@ -64,7 +64,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: "first_read", Name: "rejected_total",
-		Help: "First reads refused by admission, by reason: rate_limited (per client), overloaded (global cap).",
+		Help: "First reads refused by admission, by reason: rate_limited (per client), overloaded (global cap), postponed (an existing viewer's rebuild found the queue full; its stored feed was served).",
 	}, []string{"reason"})
 	m.longCursors = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: "backfill", Name: "cursor_too_long_total",

@@ -1,0 +1,55 @@
+package backfill
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/pds/pdstest"
+)
+
+// README: "existing viewers never pass through either check" (the client
+// bucket, the first-read queue). A gap marks every complete viewer for a
+// rebuild; its next read goes through start(), which enqueues a place
+// itself, and a full queue refuses it: getFeed answers 503 to a viewer
+// whose feed is stored, instead of serving it while the rebuild waits.
+// After a gap every reading viewer competes for max_running+max_queued
+// places at once, so most reads fail until the rebuilds drain.
+func TestAnExistingViewerDueARebuildIsNotRefusedItsFeed(t *testing.T) {
+	w := newWorld(t, Config{Admission: AdmissionConfig{MaxRunning: 1, MaxQueued: -1}})
+	ctx := context.Background()
+	viewer, alice := w.account("viewer"), w.account("alice")
+	w.follow(viewer, alice, 1)
+	w.post(alice, 10)
+	if err := w.svc.Ensure(ctx, viewer, "following", "viewer-client"); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.page(t, viewer, 10); len(got) != 1 {
+		t.Fatalf("setup: feed %v", got)
+	}
+
+	// A new viewer whose PDS hangs holds the one place.
+	hog := w.account("hog")
+	w.follow(hog, alice, 2)
+	w.pds.Fail(hog, followNSID, pdstest.FaultHang)
+	running := make(chan struct{})
+	var once sync.Once
+	w.gate.Store(func(r *http.Request) {
+		if r.URL.Query().Get("repo") == string(hog) {
+			once.Do(func() { close(running) })
+		}
+	})
+	go w.svc.Ensure(ctx, hog, "following", "hog-client")
+	<-running // the hog's run holds the one place
+
+	// A gap: the viewer is due a rebuild at its next read.
+	if _, err := w.store.RecordGap(ctx, feeds.Gap{Detected: w.clock, CursorUS: 1, Size: 48 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.svc.Ensure(ctx, viewer, "following", "viewer-client"); err != nil {
+		t.Errorf("existing viewer with a stored feed (%d items) refused: %v", len(w.page(t, viewer, 10)), err)
+	}
+}
