@@ -53,6 +53,11 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 		s.log.Warn("record sync run", "err", rerr)
 	}
 	s.metrics.run(kind, run.Outcome, run.Duration)
+	if run.Skipped > 0 {
+		// Hostile or broken records: counted, and one line a run.
+		s.metrics.droppedRecords(kind, run.Skipped)
+		s.log.Info("dropped malformed listed records", "account", account, "collection", coll, "dropped", run.Skipped)
+	}
 	return err
 }
 

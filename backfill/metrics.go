@@ -18,6 +18,7 @@ type Metrics struct {
 	queue         prometheus.Gauge
 	dropped       prometheus.Counter
 	rejections    *prometheus.CounterVec
+	droppedRecs   *prometheus.CounterVec
 	longCursors   prometheus.Counter
 	unlisted      prometheus.Counter
 	restored      prometheus.Counter
@@ -66,6 +67,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: ns, Subsystem: "first_read", Name: "rejected_total",
 		Help: "First reads refused by admission, by reason: rate_limited (per client), overloaded (global cap), postponed (an existing viewer's rebuild found the queue full; its stored feed was served).",
 	}, []string{"reason"})
+	m.droppedRecs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: "backfill", Name: "records_dropped_total",
+		Help: "Records a PDS listed that were dropped as malformed (a follow whose subject is not a DID, a record too large or deep, a key of the wrong form), by listing kind (follows, targets).",
+	}, []string{"kind"})
 	m.longCursors = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: "backfill", Name: "cursor_too_long_total",
 		Help: "PDS listing pages whose cursor was over 2,048 bytes; the round ended with that error.",
@@ -78,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: ns, Subsystem: "backfill", Name: "unlisted_restored_total",
 		Help: "Records and follows a listing had taken for deleted that a later listing found again and restored (a PDS that answered inconsistently, or a clock far off).",
 	})
-	reg.MustRegister(m.rejections, m.longCursors, m.unlisted, m.restored)
+	reg.MustRegister(m.rejections, m.droppedRecs, m.longCursors, m.unlisted, m.restored)
 	reg.MustRegister(m.firstReads, m.firstReadTime, m.waitedOut, m.runs, m.runTime, m.pdsRequests, m.queue, m.dropped)
 	return m
 }
@@ -128,6 +133,12 @@ func (m *Metrics) queueDropped() {
 func (m *Metrics) rejected(reason string) {
 	if m != nil {
 		m.rejections.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) droppedRecords(kind string, n int) {
+	if m != nil && n > 0 {
+		m.droppedRecs.WithLabelValues(kind).Add(float64(n))
 	}
 }
 

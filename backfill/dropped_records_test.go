@@ -1,0 +1,34 @@
+package backfill
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// A record a PDS lists that the backfill cannot use (here a follow whose
+// subject is a handle) is dropped, and counted in a metric, not only in
+// sync_runs (found by a review: the contract says hostile answers are
+// counted in a metric and logged).
+func TestRecordsDroppedFromAListingAreCountedInAMetric(t *testing.T) {
+	w := newWorld(t, Config{})
+	w.svc.metrics = NewMetrics(prometheus.NewRegistry()) // before any run
+	viewer, alice := w.account("viewer"), w.account("alice")
+	w.follow(viewer, alice, 1)
+	w.pds.AddRecord(viewer, followNSID, tid(2), `{"$type":"app.bsky.graph.follow","subject":"alice.test","createdAt":"2026-01-01T00:00:00Z"}`)
+	w.post(alice, 10)
+	if err := w.svc.Ensure(context.Background(), viewer, "following", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(w.page(t, viewer, 10)); got != 1 {
+		t.Fatalf("feed has %d items, want alice's post", got)
+	}
+	if got := testutil.ToFloat64(w.svc.metrics.droppedRecs.WithLabelValues("follows")); got != 1 {
+		t.Errorf("appview_backfill_records_dropped_total{kind=follows} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(w.svc.metrics.droppedRecs.WithLabelValues("targets")); got != 0 {
+		t.Errorf("appview_backfill_records_dropped_total{kind=targets} = %v, want 0", got)
+	}
+}
