@@ -326,6 +326,12 @@ func TestValidate(t *testing.T) {
 		{"target is the follow collection", func(c *Config) {
 			c.Feeds[0].Targets = append(c.Feeds[0].Targets, TargetConfig{Collection: "app.bsky.graph.follow", Cap: 1})
 		}, "feeds[0].targets[1].collection: must differ from the feed's follow_collection"},
+		{"target is another feed's follow collection", func(c *Config) {
+			other := feed("follow-records")
+			other.Targets = []TargetConfig{{Collection: "app.bsky.graph.follow", Cap: 1}}
+			other.FollowCollection = "app.bsky.graph.listitem"
+			c.Feeds = append(c.Feeds, other)
+		}, `feeds[1].targets[0].collection: "app.bsky.graph.follow" is feeds[0].follow_collection; a collection cannot be both`},
 		{"duplicate target", func(c *Config) {
 			c.Feeds[0].Targets = append(c.Feeds[0].Targets, TargetConfig{Collection: "app.bsky.feed.post", Cap: 1})
 		}, `feeds[0].targets[1].collection: duplicate of targets[0].collection "app.bsky.feed.post"`},

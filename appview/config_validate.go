@@ -138,6 +138,22 @@ func (c Config) Validate() error {
 			validateFields(fail, tp, t.Fields)
 		}
 	}
+	// A collection is stored either as follows or as target records, and
+	// its listing is one row per account: one feed's follow collection
+	// cannot be another's target.
+	follows := make(map[string]int)
+	for i, f := range c.Feeds {
+		if _, seen := follows[f.FollowCollection]; !seen {
+			follows[f.FollowCollection] = i
+		}
+	}
+	for i, f := range c.Feeds {
+		for j, t := range f.Targets {
+			if k, ok := follows[t.Collection]; ok && k != i && t.Collection != f.FollowCollection {
+				fail(fmt.Sprintf("feeds[%d].targets[%d].collection", i, j), "%q is feeds[%d].follow_collection; a collection cannot be both", t.Collection, k)
+			}
+		}
+	}
 	if n := len(c.WantedCollections()); n > maxWantedCollections {
 		fail("feeds", "name %d distinct collections; Jetstream accepts at most %d", n, maxWantedCollections)
 	}
