@@ -194,7 +194,7 @@ func (s *Service) start(key viewerKey, slot *queueSlot) (*firstRead, error) {
 		// then has the whole of RunTimeout from its claim: time spent
 		// behind other viewers' runs is not charged to it as a timed-out
 		// attempt (TestAQueuedFirstReadGetsItsRunTimeoutFromItsClaim).
-		bg := s.background()
+		bg := s.bg
 		queued, cancelQueued := context.WithTimeout(bg, s.cfg.RunTimeout)
 		select {
 		case s.admit.running <- struct{}{}:

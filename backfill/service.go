@@ -143,8 +143,11 @@ type Service struct {
 
 	queue chan feeds.FollowEdge
 	// bg is the daemon's lifetime: background runs outlive the request
-	// that started them.
-	bg context.Context
+	// that started them. It exists from New, since getFeed may start a
+	// first read before Run, and ends when Run's context does
+	// (TestAFirstReadStartedBeforeRunEndsWithRun).
+	bg     context.Context
+	stopBG context.CancelFunc
 }
 
 type viewerKey struct {
@@ -186,8 +189,8 @@ func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, 
 		accounts: map[accountKey]*accountRun{},
 		paused:   map[string]time.Time{},
 		queue:    make(chan feeds.FollowEdge, cfg.QueueSize),
-		bg:       context.Background(),
 	}
+	s.bg, s.stopBG = context.WithCancel(context.Background())
 	for _, f := range fs {
 		s.feeds[f.Name] = f
 	}
@@ -201,9 +204,8 @@ func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, 
 // Run serves the followee backfill queue until ctx ends. First reads
 // started by requests also stop when ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	s.mu.Lock()
-	s.bg = ctx
-	s.mu.Unlock()
+	stop := context.AfterFunc(ctx, s.stopBG)
+	defer stop()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -319,12 +321,6 @@ func (s *Service) forgetComplete() {
 	s.forgets++
 	clear(s.complete)
 	clear(s.notDue)
-}
-
-func (s *Service) background() context.Context {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.bg
 }
 
 // FollowsCreated queues the backlog fetch of accounts viewers started
