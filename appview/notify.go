@@ -2,7 +2,6 @@ package appview
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -253,25 +252,16 @@ func (n *notifier) fetch(ctx context.Context, it *notifyItem) error {
 	if rec.CID == "" {
 		return fail(xrpc.NotifyErrInvalidRecord, "the PDS sent the record without its cid")
 	}
-	var v struct {
-		Subject   json.RawMessage `json:"subject"`
-		CreatedAt string          `json:"createdAt"`
-	}
-	if err := json.Unmarshal(rec.Value, &v); err != nil {
-		return fail(xrpc.NotifyErrInvalidRecord, "record: "+err.Error())
+	// Read as the stream reads it: exact keys, a pre-epoch date sinking.
+	head, ok := feeds.ParseRecordHead(rec.Value)
+	if !ok {
+		return fail(xrpc.NotifyErrInvalidRecord, "the record is not a JSON object")
 	}
 	it.rec.Present, it.rec.CID, it.rec.Record = true, rec.CID, rec.Value
-	if t, err := syntax.ParseDatetimeLenient(v.CreatedAt); err == nil {
-		it.rec.CreatedAtUS = t.Time().UnixMicro()
-	}
+	it.rec.CreatedAtUS = head.CreatedAtUS
 	if n.follows[coll] {
-		// As the stream decoder does: a follow's subject is a DID string.
-		var subject string
-		if json.Unmarshal(v.Subject, &subject) != nil {
-			return fail(xrpc.NotifyErrInvalidRecord, "a follow record needs a string subject")
-		}
-		if it.rec.Subject, err = syntax.ParseDID(subject); err != nil {
-			return fail(xrpc.NotifyErrInvalidRecord, "the follow's subject is not a DID")
+		if it.rec.Subject, err = syntax.ParseDID(head.Subject); err != nil {
+			return fail(xrpc.NotifyErrInvalidRecord, "the follow's subject is not a DID string")
 		}
 	}
 	return nil

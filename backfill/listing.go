@@ -2,7 +2,6 @@ package backfill
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -349,26 +348,17 @@ func ourContextEnded(ctx context.Context, err error) bool {
 	return err != nil && (errors.Is(err, context.Canceled) || ctx.Err() != nil)
 }
 
-// parseRecord reads what the store needs from a listed record: the
-// subject of a follow (a DID, else the record is skipped) and createdAt.
+// parseRecord reads what the store needs from a listed record, as the
+// stream reads it (feeds.ParseRecordHead): the subject of a follow (a
+// DID, else the record is skipped) and createdAt.
 func (s *Service) parseRecord(coll syntax.NSID, r pds.Record) (feeds.ListedRecord, bool) {
-	var v struct {
-		Subject   json.RawMessage `json:"subject"`
-		CreatedAt string          `json:"createdAt"`
-	}
-	if err := json.Unmarshal(r.Value, &v); err != nil {
+	head, ok := feeds.ParseRecordHead(r.Value)
+	if !ok {
 		return feeds.ListedRecord{}, false
 	}
-	lr := feeds.ListedRecord{RKey: r.RKey, CID: r.CID, Value: r.Value}
-	if t, err := syntax.ParseDatetimeLenient(v.CreatedAt); err == nil {
-		lr.CreatedAtUS = max(t.Time().UnixMicro(), 1) // 0 means "no date"; pre-epoch dates still sink
-	}
+	lr := feeds.ListedRecord{RKey: r.RKey, CID: r.CID, Value: r.Value, CreatedAtUS: head.CreatedAtUS}
 	if s.isFollowCollection(coll) {
-		var subject string
-		if json.Unmarshal(v.Subject, &subject) != nil {
-			return feeds.ListedRecord{}, false
-		}
-		did, err := syntax.ParseDID(subject)
+		did, err := syntax.ParseDID(head.Subject)
 		if err != nil {
 			return feeds.ListedRecord{}, false
 		}
