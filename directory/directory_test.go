@@ -482,3 +482,31 @@ func TestPurgeIdentityForgetsTheHandleTheEventNames(t *testing.T) {
 	}
 	d.PurgeIdentity(bob, "not a handle!") // a bad hint forgets the document only
 }
+
+// A PDS endpoint keys the per-host request limits and pauses, so one host
+// must have one spelling: a DID document spelling it otherwise must not
+// buy more requests at once to the same server (found by a review, which
+// reached one PDS with 16 requests at once through four spellings of it).
+func TestPDSEndpointIsSpelledOneWay(t *testing.T) {
+	for endpoint, want := range map[string]string{
+		"https://PDS.Example.COM:443/":  "https://pds.example.com",
+		"http://pds.example.com.:80":    "http://pds.example.com",
+		"https://pds.example.com.":      "https://pds.example.com",
+		"https://pds.example.com:8443/": "https://pds.example.com:8443",
+		"HTTPS://pds.example.com/xrpc/": "https://pds.example.com/xrpc",
+		"http://[::1]:80":               "http://[::1]",
+		"http://[::1]:2583":             "http://[::1]:2583",
+		"http://LOCALHOST:2583":         "http://localhost:2583",
+	} {
+		got, err := checkPDSURL(endpoint, true)
+		if err != nil || got != want {
+			t.Errorf("%s: got %q %v, want %q", endpoint, got, err, want)
+		}
+	}
+	if _, err := checkPDSURL("https://./", true); !errors.Is(err, ErrInvalidDocument) {
+		t.Errorf("a host of a dot alone: got %v, want ErrInvalidDocument", err)
+	}
+	if _, err := checkPDSURL("http://LOCALHOST.:2583", false); !errors.Is(err, ErrForbiddenPDS) {
+		t.Errorf("loopback spelled in capitals with a trailing dot: got %v, want ErrForbiddenPDS", err)
+	}
+}

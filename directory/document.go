@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 
@@ -106,6 +107,9 @@ func checkPDSURL(endpoint string, allowPrivate bool) (string, error) {
 	case u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.Opaque != "":
 		return "", fmt.Errorf("%w: PDS endpoint %q is not a plain URL", ErrInvalidDocument, truncate(endpoint))
 	}
+	if canonicalHost(u); u.Hostname() == "" {
+		return "", fmt.Errorf("%w: PDS endpoint %q has no host", ErrInvalidDocument, truncate(endpoint))
+	}
 	if !allowPrivate {
 		if err := egress.CheckHost(u.Hostname()); err != nil {
 			var ferr *egress.ForbiddenError
@@ -117,6 +121,26 @@ func checkPDSURL(endpoint string, allowPrivate bool) (string, error) {
 		}
 	}
 	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// canonicalHost spells u's host one way: lower case, no trailing dot, no
+// default port. The endpoint keys the per-host request limits and pauses,
+// and "PDS.example.com.", "pds.example.com:443" and "pds.example.com" are
+// one host to every other part of the network.
+func canonicalHost(u *url.URL) {
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	port := u.Port()
+	if (u.Scheme == "https" && port == "443") || (u.Scheme == "http" && port == "80") {
+		port = ""
+	}
+	switch {
+	case port != "":
+		u.Host = net.JoinHostPort(host, port)
+	case strings.Contains(host, ":"):
+		u.Host = "[" + host + "]" // an IPv6 literal
+	default:
+		u.Host = host
+	}
 }
 
 // truncate keeps hostile strings short in error messages.
