@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
@@ -194,6 +195,12 @@ func (n *notifier) NotifyOfUpdate(ctx context.Context, uris []syntax.ATURI) (xrp
 func (n *notifier) fetch(ctx context.Context, it *notifyItem) error {
 	fail := func(name, msg string) error {
 		it.err = &xrpc.NotifyError{URI: it.uri.String(), Error: name, Message: msg}
+		switch name {
+		case xrpc.NotifyErrInvalidRecord, xrpc.NotifyErrAccountNotFound, xrpc.NotifyErrUpstreamFailure:
+			// What a PDS or the directory answered: counted in
+			// appview_notify_records_total, and said once here.
+			n.log.Info("notified record not indexed", "uri", it.uri.String(), "error", name, "detail", briefly(msg))
+		}
 		return nil
 	}
 	did, err := it.uri.Authority().AsDID()
@@ -270,6 +277,19 @@ func (n *notifier) fetch(ctx context.Context, it *notifyItem) error {
 func notInScope(u syntax.ATURI, coll syntax.NSID) *xrpc.NotifyError {
 	return &xrpc.NotifyError{URI: u.String(), Error: xrpc.NotifyErrNotInScope,
 		Message: fmt.Sprintf("no viewer of this appview needs this account's %s records", coll)}
+}
+
+// briefly cuts an upstream's words short for a log line.
+func briefly(s string) string {
+	const max = 200
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // snakeCase turns an error name (UpstreamFailure) into a metric label

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,12 +14,15 @@ import (
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/atfeeds/appview/directory"
 	"github.com/atfeeds/appview/egress"
 	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/internal/syncbuf"
 	"github.com/atfeeds/appview/pds"
 	"github.com/atfeeds/appview/pds/pdstest"
+	"github.com/atfeeds/appview/xrpc"
 )
 
 type fixedResolver struct{ pds string }
@@ -80,5 +84,51 @@ func TestNotifyBoundsRequestsPerPDSAcrossCalls(t *testing.T) {
 	wg.Wait()
 	if m := most.Load(); m > notifyPerHost {
 		t.Errorf("%d getRecord requests reached the PDS at once, want at most %d", m, notifyPerHost)
+	}
+}
+
+// A record a PDS answers that is not what was asked for (here another
+// $type) is refused as InvalidRecord, counted, and said once in the log
+// (found by a review: it was counted but never logged).
+func TestNotifyLogsABadUpstreamRecord(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		uri := fmt.Sprintf("at://%s/%s/%s", q.Get("repo"), q.Get("collection"), q.Get("rkey"))
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"uri":%q,"cid":%q,"value":{"$type":"app.bsky.feed.like","createdAt":"2026-01-01T00:00:00Z"}}`,
+			uri, pdstest.FakeCID([]byte(uri)))
+	}))
+	t.Cleanup(srv.Close)
+	store, err := feeds.Open(context.Background(), feeds.Options{Path: t.TempDir() + "/appview.db", IndexAll: true,
+		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, Targets: []feeds.Target{{Collection: postNSID, Cap: 10}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	var logs syncbuf.Buffer
+	httpc := egress.NewClient(egress.Options{AllowPrivateNetworks: true, Timeout: 5 * time.Second})
+	n := &notifier{
+		store: store, resolver: fixedResolver{pds: srv.URL},
+		pds:      pds.NewClient(httpc, pds.Options{Timeout: 5 * time.Second}),
+		limits:   pds.NewLimiter(notifyGlobal, notifyPerHost),
+		follows:  map[syntax.NSID]bool{followNSID: true},
+		log:      slog.New(slog.NewTextHandler(&logs, nil)),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_outcomes"}, []string{"outcome"}),
+		now:      time.Now,
+	}
+	const uri = "at://did:plc:carol/app.bsky.feed.post/3kaaaaaaaaa22"
+	res, err := n.NotifyOfUpdate(context.Background(), []syntax.ATURI{uri})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Errors) != 1 || res.Errors[0].Error != xrpc.NotifyErrInvalidRecord {
+		t.Fatalf("result %+v, want one InvalidRecord", res)
+	}
+	if got := testutil.ToFloat64(n.outcomes.WithLabelValues("invalid_record")); got != 1 {
+		t.Errorf("invalid_record counted %v times, want 1", got)
+	}
+	if line := logs.String(); !strings.Contains(line, "notified record not indexed") || !strings.Contains(line, uri) ||
+		strings.Count(line, "\n") != 1 {
+		t.Errorf("log = %q, want one line naming the record", line)
 	}
 }
