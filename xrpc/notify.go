@@ -188,9 +188,6 @@ func parseNotifyBody(r *http.Request) ([]syntax.ATURI, *Error) {
 	if len(all) == 0 {
 		return nil, invalidRequest("uri or uris is required")
 	}
-	if len(all) > MaxNotifyURIs {
-		return nil, invalidRequest(fmt.Sprintf("at most %d URIs per call, got %d", MaxNotifyURIs, len(all)))
-	}
 	seen := make(map[syntax.ATURI]bool, len(all))
 	out := make([]syntax.ATURI, 0, len(all))
 	for i, s := range all {
@@ -198,10 +195,14 @@ func parseNotifyBody(r *http.Request) ([]syntax.ATURI, *Error) {
 		if err != nil {
 			return nil, invalidRequest(fmt.Sprintf("URI %d is not an at-uri", i+1))
 		}
-		if !seen[u] {
-			seen[u] = true
-			out = append(out, u)
+		if seen[u] {
+			continue // the Lexicon: repeated URIs count once (TestNotifyRepeatedURIsCountOnce)
 		}
+		if len(out) == MaxNotifyURIs {
+			return nil, invalidRequest(fmt.Sprintf("at most %d distinct URIs per call", MaxNotifyURIs))
+		}
+		seen[u] = true
+		out = append(out, u)
 	}
 	return out, nil
 }

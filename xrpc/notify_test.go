@@ -248,3 +248,25 @@ func TestNotifyResultMatchesLexicon(t *testing.T) {
 		}
 	}
 }
+
+// TestNotifyRepeatedURIsCountOnce: the Lexicon says "at most 25 in all;
+// repeated URIs count once". 25 distinct URIs, one of them given both as
+// uri and in uris, are within the bound.
+func TestNotifyRepeatedURIsCountOnce(t *testing.T) {
+	fn := &fakeNotifier{}
+	cfg := testConfig(newFakeReader())
+	cfg.Notify, cfg.NotifySecret = fn, notifySecret
+	base := serve(t, cfg)
+	var uris []string
+	for i := range MaxNotifyURIs {
+		uris = append(uris, fmt.Sprintf("%q", uri(i)))
+	}
+	body := fmt.Sprintf(`{"uri":%q,"uris":[%s]}`, uri(0), strings.Join(uris, ","))
+	res := post(t, base+notifyURL, "Bearer "+notifySecret, "application/json", body)
+	if res.Status != http.StatusOK {
+		t.Fatalf("%d distinct URIs, one repeated: status %d: %s", MaxNotifyURIs, res.Status, res.Body)
+	}
+	if n := len(fn.calls[0]); n != MaxNotifyURIs {
+		t.Errorf("notifier got %d URIs, want %d", n, MaxNotifyURIs)
+	}
+}
