@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -307,7 +308,15 @@ func dsn(path string, readOnly bool) string {
 	} else {
 		q.Set("_txlock", "immediate")
 	}
-	return "file:" + path + "?" + q.Encode()
+	return "file:" + uriPath(path) + "?" + q.Encode()
+}
+
+// uriPath escapes the characters an SQLite URI filename reads as syntax:
+// '?' would start the query (dropping the first pragma), '#' a fragment,
+// and '%' an escape, so "a#b.db" opened a file named "a"
+// (TestDatabasePathIsTheFileOpened).
+func uriPath(path string) string {
+	return strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 }
 
 // busyTimeoutMS is how long a connection waits for a lock held by
