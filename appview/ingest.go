@@ -2,6 +2,7 @@ package appview
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -53,12 +54,45 @@ type ingester struct {
 }
 
 // tick runs one prune-sweep tick; a sweep failure is our own state broken.
+// A tick that found the write lock held by another process is skipped:
+// the sweep's cursor did not move, and the next tick goes on from it.
 func (in *ingester) tick(ctx context.Context, mutated bool, scale int, rows int64) (feeds.SweepResult, error) {
 	res, err := in.store.SweepTick(ctx, feeds.Tick{Now: in.now(), Mutated: mutated, Scale: scale, Rows: rows})
+	if errors.Is(err, feeds.ErrWriteBusy) {
+		in.log.Warn("sweep tick skipped: another process holds the database's write lock")
+		return feeds.SweepResult{}, nil
+	}
 	if err != nil {
 		return res, fmt.Errorf("sweep: %w", err)
 	}
 	return res, nil
+}
+
+// busyAttemptsAtShutdown bounds how long a shutdown's last batch waits
+// for a write lock another process holds: each attempt waits the busy
+// timeout (5 s).
+const busyAttemptsAtShutdown = 3
+
+// apply applies a batch. A write lock held by another process (an
+// operator command's long transaction beside the daemon) fails the
+// batch's begin, before anything of it is written; the batch is tried
+// again, for as long as the daemon runs and a few times at shutdown,
+// rather than stopping the daemon (TestIngestWaitsOutAWriteLockHeldElsewhere).
+func (in *ingester) apply(ctx context.Context, stopping <-chan struct{}, b *feeds.Batch) (feeds.BatchResult, error) {
+	for attempt := 1; ; attempt++ {
+		res, err := in.store.ApplyBatch(ctx, b)
+		if !errors.Is(err, feeds.ErrWriteBusy) {
+			return res, err
+		}
+		select {
+		case <-stopping:
+			if attempt >= busyAttemptsAtShutdown {
+				return res, err
+			}
+		default:
+		}
+		in.log.Warn("ingest waits: another process holds the database's write lock", "attempt", attempt)
+	}
 }
 
 // Run consumes events until ctx ends, then commits what it holds and
@@ -78,13 +112,14 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 	idle := time.NewTimer(in.sweepIdle)
 	defer idle.Stop()
 	batchBytes := 0 // of the records the batch holds
+	stopping := ctx.Done()
 	flush := func(ctx context.Context) error {
 		timer.Stop()
 		if !pending {
 			return nil
 		}
 		start := time.Now()
-		res, err := in.store.ApplyBatch(ctx, batch)
+		res, err := in.apply(ctx, stopping, batch)
 		if err != nil {
 			return fmt.Errorf("ingest batch: %w", err)
 		}

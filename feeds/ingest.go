@@ -100,6 +100,10 @@ func (s *Store) begin(ctx context.Context) (*txWriter, error) {
 	}
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
+		if isBusy(err) {
+			s.metrics.wroteBusy()
+			return nil, fmt.Errorf("begin write: %w: %v", ErrWriteBusy, err)
+		}
 		return nil, fmt.Errorf("begin write: %w", err)
 	}
 	return &txWriter{s: s, ctx: ctx, tx: tx, bound: map[*sql.Stmt]*sql.Stmt{}}, nil

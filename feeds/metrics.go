@@ -17,6 +17,7 @@ type Metrics struct {
 	sweep        *sweepMetrics  // sweep_metrics.go
 	cursor       *cursorMetrics // metrics_cursor.go
 	walRestarts  prometheus.Counter
+	writeBusy    prometheus.Counter
 	fields       *fieldMetrics       // metrics_fields.go
 	recordCache  *recordCacheMetrics // metrics_record_cache.go
 }
@@ -50,7 +51,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: "appview", Subsystem: "database", Name: "wal_restarts_total",
 		Help: "RESTART checkpoints run because readers kept the WAL from rewinding (wal.go).",
 	})
-	reg.MustRegister(m.batches, m.commitTime, m.changes, m.feedRows, m.cursorTimeUS, m.walRestarts)
+	m.writeBusy = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "appview", Subsystem: "database", Name: "write_busy_total",
+		Help: "Write transactions that could not begin within the busy timeout because another process (an operator command) held the write lock; the ingester retries its batch.",
+	})
+	reg.MustRegister(m.batches, m.commitTime, m.changes, m.feedRows, m.cursorTimeUS, m.walRestarts, m.writeBusy)
 	// Create every series up front. A batch's rows are visible to readers
 	// at commit, before observeBatch runs, so a scrape that follows a feed
 	// read must still find the series (at zero) rather than a gap.
@@ -65,6 +70,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.fields = newFieldMetrics(reg)
 	m.recordCache = newRecordCacheMetrics(reg)
 	return m
+}
+
+func (m *Metrics) wroteBusy() {
+	if m == nil || m.writeBusy == nil {
+		return
+	}
+	m.writeBusy.Inc()
 }
 
 func (m *Metrics) walRestarted() {

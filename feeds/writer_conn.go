@@ -3,9 +3,23 @@ package feeds
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 
 	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
+
+// ErrWriteBusy: a write transaction could not begin within the busy
+// timeout because another connection, on another process (an operator
+// command beside the daemon), held the write lock. Nothing was written;
+// the write may be tried again.
+var ErrWriteBusy = errors.New("the database's write lock is held by another connection")
+
+// isBusy says whether err is SQLite's SQLITE_BUSY (any extended code).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
+}
 
 // The writer pool holds one connection, and state that lives on a
 // connection, the fan-out's TEMP table (fanout.go), must be there whatever

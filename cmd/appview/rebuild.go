@@ -34,8 +34,8 @@ func rebuildCmd(ctx context.Context, args, environ []string, stdout, stderr io.W
 	if err := checkFeed(cfg, *feed); err != nil {
 		return fmt.Errorf("rebuild: %w", err)
 	}
-	if *chunk < 1 {
-		return errors.New("rebuild: --chunk must be at least 1")
+	if *chunk < 1 || *chunk > maxRebuildChunk {
+		return fmt.Errorf("rebuild: --chunk must be from 1 to %d", maxRebuildChunk)
 	}
 	store, log, err := openLogged(ctx, cfg, stderr)
 	if err != nil {
@@ -67,3 +67,7 @@ func rebuildCmd(ctx context.Context, args, environ []string, stdout, stderr io.W
 	fmt.Fprintf(stdout, "rebuilt feed %s: %d viewers, %d feed items written\n", *feed, p.Done, p.Rows)
 	return nil
 }
+
+// maxRebuildChunk bounds the viewers one rebuild transaction holds the
+// write lock for; the daemon beside it waits for each.
+const maxRebuildChunk = 1000

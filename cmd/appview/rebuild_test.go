@@ -128,7 +128,8 @@ func TestRebuildRejectsBadInput(t *testing.T) {
 	}{
 		{[]string{"rebuild"}, "--feed is required"},
 		{[]string{"rebuild", "--feed", "nope"}, `rebuild: unknown feed "nope" (configured: following)`},
-		{[]string{"rebuild", "--feed", "following", "--chunk", "0"}, "--chunk must be at least 1"},
+		{[]string{"rebuild", "--feed", "following", "--chunk", "0"}, "--chunk must be from 1 to 1000"},
+		{[]string{"rebuild", "--feed", "following", "--chunk", "1001"}, "--chunk must be from 1 to 1000"},
 	} {
 		_, _, err := runCmd(t, env, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
