@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -292,11 +295,43 @@ func named(part string, err error) error {
 }
 
 // OpenStore opens the configured database for an operator command, next
-// to a daemon that may be running on it.
+// to a daemon that may be running on it. The database must exist: a
+// command given the daemon's config from another working directory (the
+// default database.path is relative) would otherwise create an empty
+// file there, report nothing stored and exit 0, or fill the wrong file.
 func OpenStore(ctx context.Context, cfg Config) (*feeds.Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid config: %w", err)
 	}
+	if _, err := os.Stat(cfg.Database.Path); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("no database at %s: give the command the daemon's config and run it where the daemon runs (a relative database.path is read from the working directory)", DatabasePath(cfg))
+	}
+	return openStore(ctx, cfg)
+}
+
+// OpenOrCreateStore is OpenStore for a command that may prepare a
+// database the daemon has not run on yet (appview backfill); created says
+// it made the file, which the command should say.
+func OpenOrCreateStore(ctx context.Context, cfg Config) (store *feeds.Store, created bool, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, false, fmt.Errorf("invalid config: %w", err)
+	}
+	_, err = os.Stat(cfg.Database.Path)
+	created = errors.Is(err, fs.ErrNotExist)
+	store, err = openStore(ctx, cfg)
+	return store, created, err
+}
+
+// DatabasePath is the configured database's absolute path, as far as it
+// can be told.
+func DatabasePath(cfg Config) string {
+	if abs, err := filepath.Abs(cfg.Database.Path); err == nil {
+		return abs
+	}
+	return cfg.Database.Path
+}
+
+func openStore(ctx context.Context, cfg Config) (*feeds.Store, error) {
 	storeFeeds, _ := feedDefinitions(cfg)
 	return feeds.Open(ctx, feeds.Options{Path: cfg.Database.Path, Feeds: storeFeeds, IndexAll: cfg.Ingest.IndexAll,
 		Profiles: cfg.Hydration.Profiles, ReadConns: 1, Existing: true})

@@ -43,7 +43,7 @@ func backfillCmd(ctx context.Context, args, environ []string, stdout, stderr io.
 			names = append(names, f.Name)
 		}
 	}
-	store, log, err := openLogged(ctx, cfg, stderr)
+	store, log, err := openLogged(ctx, cfg, stderr, true)
 	if err != nil {
 		return err
 	}

@@ -1,15 +1,56 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/atfeeds/appview/appview"
 )
+
+// createDatabase makes the database env configures, as the daemon's first
+// start would.
+func createDatabase(t *testing.T, env []string) {
+	t.Helper()
+	cfg, err := appview.LoadConfigEnv("", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := appview.OpenOrCreateStore(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+}
+
+// A command given the daemon's config from another working directory
+// (the default database.path is relative) used to create an empty
+// database there, report nothing stored and exit 0 (found by a review).
+func TestCommandsRefuseAMissingDatabase(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	env := []string{"APPVIEW_DATABASE_PATH=" + path}
+	for _, args := range [][]string{
+		{"cursor", "show"},
+		{"cursor", "reset", "jetstream"},
+		{"audit"},
+		{"rebuild", "--feed", "following"},
+	} {
+		_, _, err := runCmd(t, env, args...)
+		if err == nil || !strings.Contains(err.Error(), "no database at "+path) {
+			t.Errorf("%q: %v, want no database at %s", args, err, path)
+		}
+		if _, err := os.Stat(path); err == nil {
+			t.Fatalf("%q created %s", args, path)
+		}
+	}
+}
 
 func TestCursorCommands(t *testing.T) {
 	env := []string{"APPVIEW_DATABASE_PATH=" + t.TempDir() + "/appview.db"}
+	createDatabase(t, env)
 	out, _, err := runCmd(t, env, "cursor", "reset", "jetstream")
 	if err != nil || strings.TrimSpace(out) != "nothing to reset" {
 		t.Fatalf("reset on an empty database: %q %v", out, err)

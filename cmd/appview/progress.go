@@ -15,13 +15,21 @@ import (
 )
 
 // openLogged opens the configured database and the daemon's logger on
-// stderr, for the long commands that log their progress.
-func openLogged(ctx context.Context, cfg appview.Config, stderr io.Writer) (*feeds.Store, *slog.Logger, error) {
+// stderr, for the long commands that log their progress. With create, a
+// database that does not exist yet is made, and the log says where.
+func openLogged(ctx context.Context, cfg appview.Config, stderr io.Writer, create bool) (*feeds.Store, *slog.Logger, error) {
 	log, err := appview.NewLogger(cfg.Log, stderr)
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := appview.OpenStore(ctx, cfg)
+	if !create {
+		store, err := appview.OpenStore(ctx, cfg)
+		return store, log, err
+	}
+	store, created, err := appview.OpenOrCreateStore(ctx, cfg)
+	if created && err == nil {
+		log.Warn("created a new database: the daemon has not run on this path", "path", appview.DatabasePath(cfg))
+	}
 	return store, log, err
 }
 

@@ -37,7 +37,7 @@ func rebuildCmd(ctx context.Context, args, environ []string, stdout, stderr io.W
 	if *chunk < 1 || *chunk > maxRebuildChunk {
 		return fmt.Errorf("rebuild: --chunk must be from 1 to %d", maxRebuildChunk)
 	}
-	store, log, err := openLogged(ctx, cfg, stderr)
+	store, log, err := openLogged(ctx, cfg, stderr, false)
 	if err != nil {
 		return err
 	}

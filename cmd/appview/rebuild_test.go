@@ -27,7 +27,7 @@ func rebuildWorld(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	st, err := appview.OpenStore(ctx, cfg)
+	st, _, err := appview.OpenOrCreateStore(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
