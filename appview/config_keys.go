@@ -17,9 +17,11 @@ import (
 //     values (a bare "merge_limit:" would mean 0, "compression:" false);
 //   - durations without a unit, which yaml.v3 rejects only with a Go type
 //     name in the message;
+//   - a number that is not an integer, or a boolean other than true and
+//     false, where the decoder would truncate it or read yes as true;
 //   - a mapping where a list or value belongs, and so on.
 //
-// Value syntax (is "abc" an int?) is left to the decoder.
+// Other value syntax is left to the decoder.
 func checkDocument(doc *yaml.Node, t reflect.Type) error {
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
 		return nil
@@ -92,6 +94,21 @@ func (c *keyChecker) check(n *yaml.Node, t reflect.Type, path string) {
 	default:
 		if n.Kind != yaml.ScalarNode {
 			c.fail(n, path, "want a single value, got %s", describe(n))
+			return
+		}
+		// The decoder would truncate 0.5 to 0 in an integer field, and
+		// take yes/on for true: the environment refuses both, so the file
+		// does too.
+		switch t.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			if n.ShortTag() != "!!int" {
+				c.fail(n, path, "%q: want an integer", n.Value)
+			}
+		case reflect.Bool:
+			if n.ShortTag() != "!!bool" {
+				c.fail(n, path, "%q: want true or false", n.Value)
+			}
 		}
 	}
 }

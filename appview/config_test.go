@@ -218,6 +218,10 @@ feeds:
 		{name: "bad duration", yaml: "jetstream:\n  read_timeout: soon\n", errs: []string{"soon"}},
 		{name: "negative duration", yaml: "jetstream:\n  rewind: -1s\n", errs: []string{"jetstream.rewind: must not be negative"}},
 		{name: "not an int", yaml: "jetstream:\n  queue_size: many\n", errs: []string{"many"}},
+		{name: "fraction for an int", yaml: "database:\n  record_cache_mb: 0.5\nbackfill:\n  depth: 50.9\n", errs: []string{
+			`line 2: database.record_cache_mb: "0.5": want an integer`, `line 4: backfill.depth: "50.9": want an integer`}},
+		{name: "quoted int", yaml: "backfill:\n  depth: \"50\"\n", errs: []string{`backfill.depth: "50": want an integer`}},
+		{name: "yes for a bool", yaml: "jetstream:\n  compression: yes\n", errs: []string{`jetstream.compression: "yes": want true or false`}},
 		{name: "section is a value", yaml: "database: x.db\n", errs: []string{"database: want a mapping"}},
 		{name: "list where a value belongs", yaml: "http:\n  listen: [a, b]\n", errs: []string{"http.listen: want a single value, got a list"}},
 		{name: "urls is a value", yaml: "jetstream:\n  urls: wss://example.com/subscribe\n", errs: []string{"jetstream.urls: want a list"}},
