@@ -453,7 +453,7 @@ func TestStaleCursorIsRecordedAsAGap(t *testing.T) {
 	cfg := testConfig(t, js, t.TempDir()+"/appview.db")
 	cfg.Ingest.IndexAll = false
 	stale := time.Now().Add(-40 * time.Hour).UnixMicro()
-	st, err := OpenStore(context.Background(), cfg)
+	st, _, err := OpenOrCreateStore(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ func TestStatusCountsAreCached(t *testing.T) {
 	cfg.Database.Path = t.TempDir() + "/appview.db"
 	cfg.Ingest.IndexAll = true
 	ctx := context.Background()
-	store, err := OpenStore(ctx, cfg)
+	store, _, err := OpenOrCreateStore(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
