@@ -85,18 +85,7 @@ func EnvNames() []string {
 // the file. environ is in the form of os.Environ. Variables without the
 // APPVIEW_ prefix are ignored; an unknown APPVIEW_ variable is an error.
 func LoadConfigEnv(path string, environ []string) (Config, error) {
-	cfg := DefaultConfig()
-	if path != "" {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return Config{}, fmt.Errorf("read config: %w", err)
-		}
-		cfg, err = decodeConfig(bytes.NewReader(data))
-		if err != nil {
-			return Config{}, fmt.Errorf("config %s: %w", path, err)
-		}
-	}
-	set, err := ApplyEnv(&cfg, environ)
+	cfg, set, err := loadUnvalidated(path, environ)
 	if err != nil {
 		return Config{}, err
 	}
@@ -114,6 +103,37 @@ func LoadConfigEnv(path string, environ []string) (Config, error) {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// ListenAddress is http.listen from the file at path (if any) and the
+// APPVIEW_ variables, the rest of the config unchecked: a health probe
+// needs only the address, and the daemon it probes may run with a config
+// the probe cannot see whole (a file it was not given), which it must
+// not fail on (TestHealthNeedsOnlyTheListenAddress).
+func ListenAddress(path string, environ []string) (string, error) {
+	cfg, _, err := loadUnvalidated(path, environ)
+	return cfg.HTTP.Listen, err
+}
+
+// loadUnvalidated reads the file at path over the defaults and applies
+// the APPVIEW_ variables, returning the names of those set.
+func loadUnvalidated(path string, environ []string) (Config, []string, error) {
+	cfg := DefaultConfig()
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, nil, fmt.Errorf("read config: %w", err)
+		}
+		cfg, err = decodeConfig(bytes.NewReader(data))
+		if err != nil {
+			return Config{}, nil, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	set, err := ApplyEnv(&cfg, environ)
+	if err != nil {
+		return Config{}, nil, err
+	}
+	return cfg, set, nil
 }
 
 // ApplyEnv sets the keys named by APPVIEW_ variables in environ on cfg,

@@ -16,7 +16,7 @@ import (
 // health probes a running daemon and succeeds only on a 200: the Docker
 // HEALTHCHECK, since the distroless image has no curl. Without --url it
 // probes the address the config (file and APPVIEW_ variables) listens
-// on, from the loopback interface.
+// on, from the loopback interface; nothing else of the config is checked.
 func health(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("health", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -31,11 +31,11 @@ func health(ctx context.Context, args, environ []string, stdout, stderr io.Write
 		return fmt.Errorf("health: unexpected argument %q", fs.Arg(0))
 	}
 	if *base == "" {
-		cfg, err := appview.LoadConfigEnv(*configPath, environ)
+		listen, err := appview.ListenAddress(*configPath, environ)
 		if err != nil {
 			return err
 		}
-		if *base, err = probeURL(cfg.HTTP.Listen); err != nil {
+		if *base, err = probeURL(listen); err != nil {
 			return err
 		}
 	}

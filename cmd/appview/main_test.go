@@ -129,6 +129,26 @@ func TestHealth(t *testing.T) {
 	}
 }
 
+// The image's HEALTHCHECK runs `appview health` with the container's
+// environment and no --config. A daemon whose notify secret is in a
+// mounted file it was given, with APPVIEW_NOTIFY_ENABLED=true in the
+// environment, runs fine; the probe, which sees only the environment,
+// used to fail validating the whole config (found by a review). It needs
+// only http.listen.
+func TestHealthNeedsOnlyTheListenAddress(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"version":"dev"}`))
+	}))
+	defer srv.Close()
+	env := []string{"APPVIEW_HTTP_LISTEN=" + srv.Listener.Addr().String(), "APPVIEW_NOTIFY_ENABLED=true"}
+	if _, _, err := runCmd(t, env, "config"); err == nil {
+		t.Fatal("setup: the environment alone should not be a valid config")
+	}
+	if out, _, err := runCmd(t, env, "health"); err != nil || !strings.Contains(out, "dev") {
+		t.Errorf("health against a healthy daemon: %q %v", out, err)
+	}
+}
+
 func TestProbeURL(t *testing.T) {
 	for _, tc := range []struct{ listen, want, err string }{
 		{":8080", "http://127.0.0.1:8080", ""},
