@@ -207,10 +207,14 @@ func (s *Service) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, s.stopBG)
 	defer stop()
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		s.retireLoop(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		s.refreshViewersLoop(ctx)
 	}()
 	go func() {
 		defer wg.Done()
@@ -247,6 +251,32 @@ func (s *Service) Run(ctx context.Context) error {
 		s.log.Warn("first reads still running at shutdown", "waited", firstReadStopWait)
 	}
 	return nil
+}
+
+// viewerRefreshInterval is how soon the daemon learns of viewers an
+// operator command registered beside it (appview backfill), which it
+// would otherwise take for new ones, charged to their client's bucket.
+const viewerRefreshInterval = 5 * time.Second
+
+// refreshViewersLoop reloads the in-memory viewer set when another
+// process changed the viewers (feeds.Store.RefreshViewers).
+func (s *Service) refreshViewersLoop(ctx context.Context) {
+	t := time.NewTicker(viewerRefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		reloaded, err := s.store.RefreshViewers(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("refresh viewers", "err", err)
+		case reloaded:
+			s.log.Info("viewers changed by another process: reloaded")
+		}
+	}
 }
 
 // retireLoop retires stale viewers in bounded slices, once a minute.

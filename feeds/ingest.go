@@ -122,6 +122,13 @@ func (w *txWriter) commit() error {
 	if err := w.saveRecordIDHigh(); err != nil {
 		return err
 	}
+	var viewersBefore, viewersAfter int64
+	if len(w.viewerChanges) > 0 {
+		var err error
+		if viewersBefore, viewersAfter, err = w.bumpViewerVersion(); err != nil {
+			return err
+		}
+	}
 	// The record cache is told before the commit that records are about
 	// to change, so no page reads a hit from it until it has forgotten
 	// them (record_cache.go); it forgets them even if the commit fails.
@@ -140,7 +147,7 @@ func (w *txWriter) commit() error {
 	}
 	w.s.rememberActors(w.newActors)
 	w.s.publishFollowed(w.newFollowed)
-	w.s.viewers.apply(w.viewerChanges)
+	w.s.publishViewers(w.viewerChanges, viewersBefore, viewersAfter)
 	w.s.boundWAL(w.ctx)
 	return nil
 }

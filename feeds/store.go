@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -142,6 +143,8 @@ type Store struct {
 	backlogSlice int // records one backlog slice examines (fieldBacklogSlice)
 
 	viewers *viewerSet // registered viewers, in memory (viewer_set.go)
+	// viewerVersion is the viewer_set_version the set holds.
+	viewerVersion atomic.Int64
 	// identities orders identity events against profile fetches.
 	identities identityLog
 	// gaps: the newest gap this store knows of, and who to tell of a new
@@ -337,7 +340,7 @@ func (s *Store) init(ctx context.Context, opts Options) error {
 	if err := s.syncLanes(ctx, opts.Feeds, opts.Existing); err != nil {
 		return fmt.Errorf("sync feeds: %w", err)
 	}
-	if err := s.loadViewers(ctx); err != nil {
+	if err := s.loadViewers(ctx, s.writer); err != nil {
 		return err
 	}
 	if err := s.checkAudience(ctx); err != nil {

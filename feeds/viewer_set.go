@@ -2,6 +2,7 @@ package feeds
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -18,9 +19,10 @@ import (
 // It is filled from the viewers table when the store opens and kept in
 // step by the only two writes that add or remove viewers (RegisterViewer,
 // RetireViewers) as they commit, under the write lock, so the set and the
-// table change in the same order. Only the daemon registers and retires
-// viewers; operator commands that open the file beside it do not, so no
-// change goes unseen.
+// table change in the same order. An operator command beside the daemon
+// (appview backfill) registers viewers too: every such transaction counts
+// in viewer_set_version, and the daemon reloads the set when the version
+// moved by other hands (RefreshViewers).
 //
 // Entries are 64-bit hashes under a per-process seed (about 16 bytes a
 // viewer, where the DID alone would take 32): a collision, which an
@@ -77,32 +79,88 @@ func (v *viewerSet) apply(changes []viewerChange) {
 	}
 }
 
-// loadViewers fills the set from the viewers table. It runs in Open,
-// before anything else can register or retire a viewer.
-func (s *Store) loadViewers(ctx context.Context) error {
-	rows, err := s.writer.QueryContext(ctx, `
+// replace swaps in a set loaded afresh.
+func (v *viewerSet) replace(m map[uint64]struct{}) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.m = m
+}
+
+// loadViewers fills the set from the viewers table, with the version of
+// the set it read (viewer_set_version), in one transaction on db. It runs
+// in Open, on the writer, and in RefreshViewers, on the read pool under
+// the write lock, so none of this process's writes commit meanwhile.
+func (s *Store) loadViewers(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("load viewers: %w", err)
+	}
+	defer tx.Rollback()
+	var version int64
+	if err := tx.QueryRowContext(ctx, `SELECT version FROM viewer_set_version`).Scan(&version); err != nil {
+		return fmt.Errorf("load viewers: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, `
 		SELECT a.did, v.feed FROM viewers v JOIN actors a ON a.id = v.actor_id`)
 	if err != nil {
 		return fmt.Errorf("load viewers: %w", err)
 	}
 	defer rows.Close()
-	batch := make([]viewerChange, 0, 1024)
+	m := make(map[uint64]struct{})
 	for rows.Next() {
 		var did, feed string
 		if err := rows.Scan(&did, &feed); err != nil {
 			return fmt.Errorf("load viewers: %w", err)
 		}
-		batch = append(batch, viewerChange{syntax.DID(did), feed, true})
-		if len(batch) == cap(batch) {
-			s.viewers.apply(batch)
-			batch = batch[:0]
-		}
+		m[s.viewers.key(syntax.DID(did), feed)] = struct{}{}
 	}
-	s.viewers.apply(batch)
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("load viewers: %w", err)
 	}
+	s.viewers.replace(m)
+	s.viewerVersion.Store(version)
 	return nil
+}
+
+// bumpViewerVersion counts a transaction that adds or retires viewers in
+// viewer_set_version, before its commit. It returns the version before
+// and after.
+func (w *txWriter) bumpViewerVersion() (before, after int64, err error) {
+	if err := w.tx.QueryRowContext(w.ctx,
+		`UPDATE viewer_set_version SET version = version + 1 RETURNING version`).Scan(&after); err != nil {
+		return 0, 0, fmt.Errorf("count viewer change: %w", err)
+	}
+	return after - 1, after, nil
+}
+
+// publishViewers applies a committed transaction's viewer changes to the
+// set. The set's version moves with them only if nothing else had moved
+// it since the set was loaded: a change committed by another process
+// (an operator command) leaves the versions apart, and RefreshViewers
+// then reloads the set.
+func (s *Store) publishViewers(changes []viewerChange, before, after int64) {
+	if len(changes) == 0 {
+		return
+	}
+	s.viewers.apply(changes)
+	s.viewerVersion.CompareAndSwap(before, after)
+}
+
+// RefreshViewers reloads the viewer set when another process registered
+// or retired viewers (appview backfill beside the daemon): a point read
+// when nothing changed, which is what it nearly always finds. The daemon
+// calls it every few seconds (TestAViewerTheBackfillCommandPreparedIsKnownToTheDaemon).
+func (s *Store) RefreshViewers(ctx context.Context) (bool, error) {
+	var version int64
+	if err := s.reader.QueryRowContext(ctx, `SELECT version FROM viewer_set_version`).Scan(&version); err != nil {
+		return false, fmt.Errorf("read viewer set version: %w", err)
+	}
+	if version == s.viewerVersion.Load() {
+		return false, nil
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	return true, s.loadViewers(ctx, s.reader)
 }
 
 // KnownViewer reports whether the actor is registered for the feed. It

@@ -42,3 +42,46 @@ func TestKnownViewerFollowsTheTable(t *testing.T) {
 		t.Error("after retiring alice: wrong answers")
 	}
 }
+
+// An operator command beside the daemon (appview backfill) registers
+// viewers in the same file. The daemon's in-memory set learns of them at
+// its next RefreshViewers, and only then reloads; its own registrations
+// never make it reload (found by a review: a viewer the command prepared
+// was taken for a new one, and charged to its client's bucket).
+func TestViewersRegisteredByAnotherProcessAreLoaded(t *testing.T) {
+	ctx := context.Background()
+	path := t.TempDir() + "/appview.db"
+	daemon := mustOpenAt(t, path, defaultFeeds)
+	command := mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds, IndexAll: true, Existing: true})
+	now := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+
+	if _, err := daemon.RegisterViewer(ctx, did("own"), "following", now); err != nil {
+		t.Fatal(err)
+	}
+	if reloaded, err := daemon.RefreshViewers(ctx); err != nil || reloaded {
+		t.Fatalf("after its own registration the daemon reloaded (%v, %v)", reloaded, err)
+	}
+
+	if _, err := command.RegisterViewer(ctx, did("prepared"), "following", now); err != nil {
+		t.Fatal(err)
+	}
+	// The daemon registers another before it refreshes: its commit sees
+	// the version moved by other hands and leaves its own behind.
+	if _, err := daemon.RegisterViewer(ctx, did("later"), "following", now); err != nil {
+		t.Fatal(err)
+	}
+	if daemon.KnownViewer(did("prepared"), "following") {
+		t.Fatal("known before any refresh: the test proves nothing")
+	}
+	if reloaded, err := daemon.RefreshViewers(ctx); err != nil || !reloaded {
+		t.Fatalf("refresh after another process registered a viewer: %v, %v", reloaded, err)
+	}
+	for _, v := range []string{"own", "prepared", "later"} {
+		if !daemon.KnownViewer(did(v), "following") {
+			t.Errorf("%s is not known to the daemon after the refresh", v)
+		}
+	}
+	if reloaded, err := daemon.RefreshViewers(ctx); err != nil || reloaded {
+		t.Fatalf("a second refresh reloaded again (%v, %v)", reloaded, err)
+	}
+}
