@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -86,8 +87,10 @@ func (c Config) Validate() error {
 
 	if c.HTTP.Listen == "" {
 		fail("http.listen", "must not be empty")
-	} else if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
+	} else if _, port, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
 		fail("http.listen", "must be host:port, such as :8080 (%v)", err)
+	} else if n, err := strconv.ParseUint(port, 10, 16); err != nil || (n == 0 && port != "0") {
+		fail("http.listen", "port %q: must be a number from 0 to 65535", port)
 	}
 
 	if _, err := syntax.ParseNSID(c.XRPC.Namespace + ".getFeed"); err != nil {
