@@ -3,6 +3,7 @@ package appview
 import (
 	"context"
 	"database/sql"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -54,5 +55,51 @@ func TestIngestWaitsOutAWriteLockHeldElsewhere(t *testing.T) {
 	td.waitCursor(t, t0+2)
 	if got := td.feed(t, user("alice")); !slices.Equal(got, []string{"p1"}) {
 		t.Errorf("alice = %v, want [p1]", got)
+	}
+}
+
+// notifyOfUpdate whose write waits past its time for a write lock held
+// elsewhere answers 503 with Retry-After, not a 500 that says the daemon
+// is broken (raised by a review of notify); the app's retry is
+// idempotent.
+func TestNotifyAnswers503WhenTheWriteLockIsHeldElsewhere(t *testing.T) {
+	n := newNetwork(t)
+	alice, carol := n.account("alice"), n.account("carol")
+	n.pdsFollow(alice, carol, "3kfollowcarol")
+	cfg := n.config(t)
+	cfg.Notify = NotifyConfig{Enabled: true, Secret: testNotifySecret}
+	td := startDaemon(t, n.js, cfg)
+	if got := td.feed(t, alice); len(got) != 0 {
+		t.Fatalf("first read = %v", got)
+	}
+	rk := rkeyAt(time.Now())
+	n.pdsPost(carol, rk, time.Now())
+
+	other, err := sql.Open("sqlite", "file:"+cfg.Database.Path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx := context.Background()
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	status, body := td.notifyCall(t, testNotifySecret, `{"uri":"`+postURI(carol, rk)+`"}`)
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "NotEnoughResources") {
+		t.Fatalf("notify with the write lock held elsewhere: %d %s, want 503 NotEnoughResources", status, body)
+	}
+	if res := td.notify(t, postURI(carol, rk)); len(res.Indexed) != 1 {
+		t.Fatalf("the retry: %+v", res)
+	}
+	if got := td.feed(t, alice); !slices.Equal(got, []string{rk}) {
+		t.Errorf("alice = %v, want [%s]", got, rk)
 	}
 }

@@ -148,6 +148,10 @@ func (n *notifier) NotifyOfUpdate(ctx context.Context, uris []syntax.ATURI) (xrp
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), notifyApplyTimeout)
 		defer cancel()
 		results, res, err := n.store.ApplyNotified(actx, recs)
+		if errors.Is(err, feeds.ErrWriteBusy) || (err != nil && actx.Err() != nil) {
+			// Waited out its time for the write lock: a 503, not a 500.
+			return xrpc.NotifyResult{}, fmt.Errorf("%w: %v", xrpc.ErrNotifyBusy, err)
+		}
 		if err != nil {
 			return xrpc.NotifyResult{}, err
 		}

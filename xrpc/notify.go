@@ -22,9 +22,15 @@ import (
 type Notifier interface {
 	// NotifyOfUpdate handles at most MaxNotifyURIs distinct, parsed URIs.
 	// Per-URI failures go in the result; an error means the daemon's own
-	// state failed (the database write) and is a 500.
+	// state failed (the database write) and is a 500, unless it is
+	// ErrNotifyBusy, a 503.
 	NotifyOfUpdate(ctx context.Context, uris []syntax.ATURI) (NotifyResult, error)
 }
+
+// ErrNotifyBusy wraps a notifier's error when the write could not be
+// made in its time because the write lock was held (a long ingest batch,
+// an operator command): nothing is broken, and the call may be repeated.
+var ErrNotifyBusy = errors.New("the database is busy")
 
 // NotifyResult is the output of notifyOfUpdate.
 type NotifyResult struct {
@@ -126,6 +132,10 @@ func (m *notifyMethod) serve(c echo.Context) error {
 		return xerr
 	}
 	res, err := m.notifier.NotifyOfUpdate(r.Context(), uris)
+	if errors.Is(err, ErrNotifyBusy) {
+		c.Response().Header().Set("Retry-After", "1")
+		return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: "the database is busy; retry later"}
+	}
 	if err != nil {
 		return fmt.Errorf("notifyOfUpdate: %w", err)
 	}

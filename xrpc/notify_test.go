@@ -159,6 +159,16 @@ func TestNotifyOfUpdate(t *testing.T) {
 	if res.Status != http.StatusInternalServerError || strings.Contains(string(res.Body), "fire") {
 		t.Errorf("notifier error: %d %s", res.Status, res.Body)
 	}
+	// A database too busy to take the write in time is not broken: 503
+	// with Retry-After, so the app tries again.
+	fn.mu.Lock()
+	fn.err = fmt.Errorf("apply: %w: context deadline exceeded", ErrNotifyBusy)
+	fn.mu.Unlock()
+	res = post(t, base+notifyURL, bearer, "application/json", `{"uri":"`+uri(1)+`"}`)
+	if res.Status != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" ||
+		!strings.Contains(string(res.Body), `"error":"NotEnoughResources"`) {
+		t.Errorf("busy notifier: %d %q %s", res.Status, res.Header.Get("Retry-After"), res.Body)
+	}
 
 	if n := testutil.ToFloat64(newMetrics(reg).requests.WithLabelValues("notifyOfUpdate", "401")); n != 4 {
 		t.Errorf("401s counted under notifyOfUpdate: %v, want 4", n)
