@@ -140,7 +140,13 @@ func (c *cache[V]) end(key string, seq uint64, e *entry[V]) {
 		return
 	}
 	ttl := c.hitTTL
-	if e.err != nil {
+	switch {
+	case errors.Is(e.err, ErrUnavailable):
+		// A failure that may pass is kept a quarter as long: a retry a
+		// minute later (the backfill's first) must reach the network
+		// (TestAPassingFailureIsCachedBriefly).
+		ttl = c.errTTL / 4
+	case e.err != nil:
 		ttl = c.errTTL
 	}
 	e.expires = c.now().Add(ttl)

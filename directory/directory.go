@@ -48,7 +48,8 @@ type Config struct {
 	// well-known lookups (local networks with .test handles need it).
 	HandleResolverURL string
 	// HitTTL and ErrTTL bound how long answers and failures are cached
-	// (default 1h and 2m).
+	// (default 1h and 2m); a failure that may pass (ErrUnavailable) is
+	// cached for a quarter of ErrTTL.
 	HitTTL, ErrTTL time.Duration
 	// MaxEntries bounds each of the DID and handle caches (default 100,000).
 	MaxEntries int

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -408,6 +409,42 @@ func TestPrivatePDSAllowed(t *testing.T) {
 	ident, err := d.LookupHandle(t.Context(), "alice.test")
 	if err != nil || ident.PDS != "http://127.0.0.1:2583" {
 		t.Fatalf("got %+v %v", ident, err)
+	}
+}
+
+// A failure that may pass (the directory answering 5xx) is cached for a
+// quarter of ErrTTL: the backfill retries a listing whose identity did
+// not resolve a minute later, and with the failure cached for the whole
+// ErrTTL (2 min) that retry was answered from the cache, an attempt spent
+// on nothing (raised by a review).
+func TestAPassingFailureIsCachedBriefly(t *testing.T) {
+	var failing atomic.Bool
+	failing.Store(true)
+	plc := startPLC(t)
+	plc.Add(alice, "", pds1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if failing.Load() {
+			http.Error(w, "overloaded", http.StatusServiceUnavailable)
+			return
+		}
+		http.Redirect(w, r, plc.URL()+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer srv.Close()
+	d, clk := newTestDirectory(t, plc, func(c *Config) {
+		c.PLCURL = srv.URL
+		c.ErrTTL = 2 * time.Minute
+	})
+	if _, err := d.LookupDID(t.Context(), alice); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("got %v", err)
+	}
+	failing.Store(false)
+	clk.Advance(29 * time.Second)
+	if _, err := d.LookupDID(t.Context(), alice); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("within a quarter of ErrTTL: %v, want the cached failure", err)
+	}
+	clk.Advance(time.Second)
+	if _, err := d.LookupDID(t.Context(), alice); err != nil {
+		t.Fatalf("after a quarter of ErrTTL: %v", err)
 	}
 }
 
