@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/atfeeds/appview/directory"
 	"github.com/atfeeds/appview/feeds"
@@ -333,14 +334,24 @@ func (s *Service) retryDue(ctx context.Context) {
 		}
 		return
 	}
+	// Side by side, as many as the followee backfill runs: one PDS that
+	// hangs for its request timeout must not hold back every retry behind
+	// it (TestARetryThatHangsDoesNotHoldBackTheOthers). The per-host and
+	// global request limits still bound what reaches the PDSes.
+	var g errgroup.Group
+	g.SetLimit(max(1, s.cfg.Concurrency/4))
 	for _, k := range due {
-		if err := s.ensureAccount(ctx, k.Account, k.Collection); err != nil {
-			continue // recorded on the listing with its next retry
-		}
-		if _, err := s.store.MergeAuthor(ctx, k.Account); err != nil && ctx.Err() == nil {
-			s.log.Error("merge retried account", "err", err)
-		}
+		g.Go(func() error {
+			if err := s.ensureAccount(ctx, k.Account, k.Collection); err != nil {
+				return nil // recorded on the listing with its next retry
+			}
+			if _, err := s.store.MergeAuthor(ctx, k.Account); err != nil && ctx.Err() == nil {
+				s.log.Error("merge retried account", "err", err)
+			}
+			return nil
+		})
 	}
+	g.Wait()
 }
 
 // forgetComplete drops the in-memory record of complete viewers, so the
