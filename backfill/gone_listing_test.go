@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,5 +84,57 @@ func TestAListingThatSucceedsAfterGoneIsNotGoneAnyMore(t *testing.T) {
 	if got := w.page(t, v3, 10); len(got) != 1 {
 		st, _ := w.store.ReadListing(ctx, x, postNSID)
 		t.Errorf("v3's feed after the retry loop = %v, want X's post; X's listing %+v", got, st)
+	}
+}
+
+// A listing that once failed as gone was cleared of gone only on
+// completion. A reactivated account whose listing wrote its first page
+// (gone carried over) and was then cut off by its owner's context (a run
+// timeout, which leaves it due at once) stayed gone: DueListings skipped
+// it, so the retry loop never merged it, though the account answered
+// (found by a review of the fix that clears it on completion).
+func TestAListingCutOffAfterAPageOfAReactivatedAccountIsNotGone(t *testing.T) {
+	w := newWorld(t, Config{Depth: 150, RetryBase: time.Minute})
+	ctx := context.Background()
+	v, x := w.account("v"), w.account("x")
+	w.follow(v, x, 1)
+	for i := range 150 {
+		w.post(x, 10+i)
+	}
+	w.pds.FailN(x, postNSID, pdstest.FaultRepoDeactivated, 1)
+	if err := w.svc.Ensure(ctx, v, "following", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := w.store.ReadListing(ctx, x, postNSID); !st.Gone {
+		t.Fatalf("setup: listing %+v, want gone", st)
+	}
+	w.advance(time.Hour)
+
+	// Reactivated. The retry (or a first read) lists page 1, and its
+	// context ends while page 2 is asked for.
+	runCtx, cancel := context.WithCancel(ctx)
+	var once sync.Once
+	w.gate.Store(func(r *http.Request) {
+		q := r.URL.Query()
+		if q.Get("repo") == string(x) && q.Get("collection") == string(postNSID) && q.Get("cursor") != "" {
+			once.Do(cancel)
+			<-r.Context().Done()
+		}
+	})
+	err := w.svc.ensureAccount(runCtx, x, postNSID)
+	w.gate.Store(func(*http.Request) {})
+	if err == nil {
+		t.Fatal("setup: the listing was not cut off")
+	}
+	st, _ := w.store.ReadListing(ctx, x, postNSID)
+	if st.Page == 0 {
+		t.Fatalf("setup: no page written: %+v", st)
+	}
+	due, err := w.store.DueListings(ctx, w.advance(time.Minute), 10, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Gone || len(due) != 1 {
+		t.Errorf("an account that just answered a page is still gone=%v (%+v); due listings %v, want X's", st.Gone, st, due)
 	}
 }

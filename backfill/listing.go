@@ -114,7 +114,13 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 			records = append(records, lr)
 		}
 		run.Skipped += page.Skipped
+		// The account answered a page: whatever made its listing gone
+		// once (a deactivated repo) has passed, and a gone listing is
+		// skipped by DueListings and wantListing, so a run cut off after
+		// this page would otherwise never be retried
+		// (TestAListingCutOffAfterAPageOfAReactivatedAccountIsNotGone).
 		next := st
+		next.Gone = false
 		next.Page++
 		next.Cursor = page.Cursor
 		next.Fetched += len(page.Records) + page.Skipped
@@ -129,11 +135,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		short := got < limit && !toTheEnd
 		done := ended || short || stuck || (maxRecords > 0 && next.Fetched >= maxRecords)
 		if done {
-			// A listing that once failed as gone (a deactivated repo,
-			// since reactivated) is not gone any more: DueListings and
-			// wantListing skip gone listings
-			// (TestAListingThatSucceedsAfterGoneIsNotGoneAnyMore).
-			next.Complete, next.Attempts, next.LastError, next.NextRetry, next.Gone = true, 0, "", time.Time{}, false
+			next.Complete, next.Attempts, next.LastError, next.NextRetry = true, 0, "", time.Time{}
 		}
 		var span *feeds.KeySpan
 		if len(records) == len(page.Records) && page.Skipped == 0 && !stuck {
