@@ -79,6 +79,7 @@ const busyAttemptsAtShutdown = 3
 // again, for as long as the daemon runs and a few times at shutdown,
 // rather than stopping the daemon (TestIngestWaitsOutAWriteLockHeldElsewhere).
 func (in *ingester) apply(ctx context.Context, stopping <-chan struct{}, b *feeds.Batch) (feeds.BatchResult, error) {
+	afterStop := 0 // attempts since the shutdown began
 	for attempt := 1; ; attempt++ {
 		res, err := in.store.ApplyBatch(ctx, b)
 		if !errors.Is(err, feeds.ErrWriteBusy) {
@@ -86,7 +87,7 @@ func (in *ingester) apply(ctx context.Context, stopping <-chan struct{}, b *feed
 		}
 		select {
 		case <-stopping:
-			if attempt >= busyAttemptsAtShutdown {
+			if afterStop++; afterStop >= busyAttemptsAtShutdown {
 				return res, err
 			}
 		default:
