@@ -86,21 +86,20 @@ func (v *viewerSet) replace(m map[uint64]struct{}) {
 	v.m = m
 }
 
-// loadViewers fills the set from the viewers table, with the version of
-// the set it read (viewer_set_version), in one transaction on db. It runs
+// loadViewers fills the set from the viewers table and notes the version
+// of the set (viewer_set_version) it holds. The version is read first,
+// outside any transaction (on the writer, a transaction would take the
+// write lock for the whole read): a change another process commits
+// between the two reads is in the set under the older version, and costs
+// one needless reload at the next refresh, never a missed one. It runs
 // in Open, on the writer, and in RefreshViewers, on the read pool under
 // the write lock, so none of this process's writes commit meanwhile.
 func (s *Store) loadViewers(ctx context.Context, db *sql.DB) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("load viewers: %w", err)
-	}
-	defer tx.Rollback()
 	var version int64
-	if err := tx.QueryRowContext(ctx, `SELECT version FROM viewer_set_version`).Scan(&version); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT version FROM viewer_set_version`).Scan(&version); err != nil {
 		return fmt.Errorf("load viewers: %w", err)
 	}
-	rows, err := tx.QueryContext(ctx, `
+	rows, err := db.QueryContext(ctx, `
 		SELECT a.did, v.feed FROM viewers v JOIN actors a ON a.id = v.actor_id`)
 	if err != nil {
 		return fmt.Errorf("load viewers: %w", err)

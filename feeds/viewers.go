@@ -47,7 +47,11 @@ func (s *Store) RegisterViewer(ctx context.Context, viewer syntax.DID, feed stri
 			id, feed, nowUS, lastReadResolution.Microseconds()); err != nil {
 			return fmt.Errorf("register viewer: %w", err)
 		}
-		w.viewerChanges = append(w.viewerChanges, viewerChange{viewer, feed, true})
+		if !s.viewers.has(viewer, feed) {
+			// New to the set: counted in viewer_set_version (a known
+			// viewer's read only moves last_read_us).
+			w.viewerChanges = append(w.viewerChanges, viewerChange{viewer, feed, true})
+		}
 		st, err = readViewerStatus(ctx, w.tx, id, feed)
 		return err
 	})
