@@ -8,6 +8,7 @@ import (
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
+	"github.com/atfeeds/appview/directory"
 	"github.com/atfeeds/appview/failpoint"
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/pds"
@@ -317,8 +318,11 @@ func (s *Service) fail(ctx context.Context, account syntax.DID, coll syntax.NSID
 		st.NextRetry = s.cfg.Now()
 	} else {
 		// A host's rate limit says nothing about the account: it costs
-		// the listing no attempt, only the wait the host asked for.
-		if pds.KindOf(err) != pds.KindRateLimited {
+		// the listing no attempt, only the wait the host asked for. Nor
+		// does a directory with too many lookups in flight, which a
+		// stranger's hanging hosts can bring about
+		// (TestABusyDirectoryCostsAListingNoAttempt).
+		if pds.KindOf(err) != pds.KindRateLimited && !errors.Is(err, directory.ErrBusy) {
 			st.Attempts++
 		}
 		st.LastError = err.Error()

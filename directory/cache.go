@@ -84,7 +84,7 @@ func (c *cache[V]) get(ctx context.Context, key string, fetch func(context.Conte
 		case c.slots <- struct{}{}:
 			defer func() { <-c.slots }()
 		default:
-			return &entry[V]{key: key, err: errTooManyFetches}, nil
+			return &entry[V]{key: key, err: ErrBusy}, nil
 		}
 		seq := c.begin(key)
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
@@ -201,8 +201,10 @@ func (c *cache[V]) len() int {
 	return c.order.Len()
 }
 
-// errTooManyFetches answers a lookup past Config.MaxFetches.
-var errTooManyFetches = fmt.Errorf("%w: too many lookups in flight", ErrUnavailable)
+// ErrBusy answers a lookup past Config.MaxFetches: it says nothing about
+// the identity, only that too many lookups were in flight (it is an
+// ErrUnavailable too).
+var ErrBusy = fmt.Errorf("%w: too many lookups in flight", ErrUnavailable)
 
 // maxCachedErrorBytes bounds the message of a cached failure. A hostile
 // host chooses much of it (a refused redirect's error carries its
