@@ -20,7 +20,7 @@ import (
 // MaxAttempts such reads it is given up on for good, though its PDS answers
 // well inside the run timeout.
 func TestAQueuedFirstReadGetsItsRunTimeoutFromItsClaim(t *testing.T) {
-	const runTimeout = time.Second
+	const runTimeout = 2 * time.Second
 	w := newWorld(t, Config{RunTimeout: runTimeout, MaxAttempts: 2, RetryBase: time.Second,
 		FirstReadWait: 3 * time.Second, Admission: AdmissionConfig{MaxRunning: 1}})
 	ctx := context.Background()
@@ -45,7 +45,7 @@ func TestAQueuedFirstReadGetsItsRunTimeoutFromItsClaim(t *testing.T) {
 		<-running // the hog's run holds the running slot
 		time.Sleep(200 * time.Millisecond)
 
-		// The viewer's PDS answers its first page in 500 ms, half the run
+		// The viewer's PDS answers its first page in 500 ms, a quarter of the run
 		// timeout.
 		w.pds.FailN(viewer, followNSID, pdstest.FaultDelayed, 1)
 		if err := w.svc.Ensure(ctx, viewer, "following", "viewer-client"); err != nil {
