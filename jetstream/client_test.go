@@ -838,3 +838,30 @@ func TestSessionReportCountsADroppedFrameOnce(t *testing.T) {
 		t.Fatalf("report: delivered %d, dropped %d; want 1 and 2", r.Delivered, r.Dropped)
 	}
 }
+
+// A frame the decoder drops as malformed (here: an unknown kind) handed
+// its "cursor" over as the resume sequence when it had the newest
+// time_us: a same-host reconnect then asked the server for that sequence,
+// far behind everything already delivered (a v2 server replays its whole
+// window from it; found by a review). A dropped frame moves the position
+// by its time only.
+func TestAMalformedFrameDoesNotSetTheResumeSequence(t *testing.T) {
+	good := `{"did":"did:plc:kdmhsqjgb4mmrul5nxbat2xs","time_us":1795975616991124,"cursor":900000,"kind":"commit","commit":{"rev":"3ke6kg3wlch22","operation":"delete","collection":"app.bsky.feed.post","rkey":"3kbbpidw2r7zx"}}`
+	junk := `{"did":"did:plc:kdmhsqjgb4mmrul5nxbat2xs","time_us":1795975616991200,"cursor":3,"kind":"bogus"}`
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if n == 0 {
+			send(conn, good, junk) // then an abrupt drop
+			return
+		}
+		holdOpen(conn)
+	})
+	h := startClient(t, Config{URLs: []string{srv.url}}, fixed(Position{}), 10)
+	h.next(t)
+	if ev := h.next(t); ev.Kind != KindSkipped {
+		t.Fatalf("junk frame delivered as %v", ev.Kind)
+	}
+	waitFor(t, "a reconnect", func() bool { return len(srv.dials()) == 2 })
+	if got := srv.dials()[1].Get("cursor"); got == "3" {
+		t.Errorf("reconnect cursor = %s: the sequence of a frame dropped as malformed, behind the delivered sequence 900000", got)
+	}
+}

@@ -294,13 +294,17 @@ func (d *Decoder) decodeCommit(w *wireCommit) (*Commit, *DropError) {
 	return c, nil
 }
 
-// skipped builds the KindSkipped event for a dropped frame from whatever
-// position fields were read.
+// skipped builds the KindSkipped event for a dropped frame from its
+// time_us, so the stream position moves past it and junk never stalls the
+// cursor. Its sequence number is not taken: a resume by sequence is
+// exact, with no rewind, and a frame judged bad must not choose where the
+// next connection starts (one with "cursor":3 sent a reconnect back to
+// the start of the server's window; TestAMalformedFrameDoesNotSetTheResumeSequence).
+// Without one, a reconnect resumes by time, rewound.
 func skipped(w *wireEvent) Event {
 	ev := Event{Kind: KindSkipped}
 	if w.TimeUS > 0 {
 		ev.TimeUS = w.TimeUS
-		ev.Seq = max(w.Cursor, 0)
 	}
 	if did, err := syntax.ParseDID(w.DID); err == nil {
 		ev.DID = did

@@ -6,5 +6,6 @@
 // position it has made durable, and receives events on a bounded channel.
 // Upstream data is untrusted, so a malformed frame is dropped and counted,
 // never fatal; when a dropped frame still carries a readable time_us it is
-// delivered as a KindSkipped event so the caller's cursor can move past it.
+// delivered as a KindSkipped event so the caller's cursor can move past it
+// (by its time only: a frame judged bad does not set the resume sequence).
 package jetstream
