@@ -231,7 +231,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.Info("no feeds configured: not subscribing to jetstream")
 	} else {
 		g.Go(func() error {
-			return named("jetstream", d.consumer.Run(gctx, d.resumePosition, events))
+			resume := func() jetstream.Position { return d.resumePosition(gctx) }
+			return named("jetstream", d.consumer.Run(gctx, resume, events))
 		})
 	}
 	g.Go(func() error { return named("ingest", d.ingest.Run(gctx, events)) })
@@ -260,14 +261,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 // asked at every (re)connect. A cursor older than the upstream keeps is a
 // gap: the events in between are gone from the stream, so it is recorded
 // and every viewer is rebuilt from the PDSes at its next read.
-func (d *Daemon) resumePosition() jetstream.Position {
+func (d *Daemon) resumePosition(ctx context.Context) jetstream.Position {
 	c := d.store.Cursor()
 	if c.TimeUS > 0 {
 		age := d.now().Sub(time.UnixMicro(c.TimeUS))
 		if window := d.cfg.Jetstream.RetentionWindow; age > window {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			recorded, err := d.store.RecordGap(ctx, feeds.Gap{Detected: d.now(), CursorUS: c.TimeUS, Size: age - window})
-			cancel()
+			recorded, err := d.recordGap(ctx, feeds.Gap{Detected: d.now(), CursorUS: c.TimeUS, Size: age - window})
 			switch {
 			case err != nil:
 				d.log.Error("record stream gap", "err", err)
@@ -279,6 +278,24 @@ func (d *Daemon) resumePosition() jetstream.Position {
 		}
 	}
 	return jetstream.Position{TimeUS: c.TimeUS, Seq: c.Seq, Host: c.Host}
+}
+
+// recordGap records a gap, waiting out a write lock another process holds
+// (an operator command): the consumer connects from the stale cursor right
+// after, and the first batch then stores a fresh one, so a gap not
+// recorded now is never seen again, and no viewer is rebuilt
+// (TestAGapIsRecordedThoughTheWriteLockIsHeldAtConnect). It gives up
+// only when the daemon stops, before anything newer is stored.
+func (d *Daemon) recordGap(ctx context.Context, g feeds.Gap) (bool, error) {
+	for attempt := 1; ; attempt++ {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		recorded, err := d.store.RecordGap(wctx, g)
+		cancel()
+		if !errors.Is(err, feeds.ErrWriteBusy) || ctx.Err() != nil {
+			return recorded, err
+		}
+		d.log.Warn("stream gap waits: another process holds the database's write lock", "attempt", attempt)
+	}
 }
 
 // Close checkpoints and closes the database. Call it after Run has

@@ -3,12 +3,16 @@ package appview
 import (
 	"context"
 	"database/sql"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/jetstream/jetstreamtest"
 )
 
@@ -101,5 +105,101 @@ func TestNotifyAnswers503WhenTheWriteLockIsHeldElsewhere(t *testing.T) {
 	}
 	if got := td.feed(t, alice); !slices.Equal(got, []string{rk}) {
 		t.Errorf("alice = %v, want [%s]", got, rk)
+	}
+}
+
+// A daemon starting on a cursor older than the stream's window records a
+// gap before it connects, and the first batch after stores a fresh
+// cursor: a gap not recorded then is never seen again. When an operator
+// command held the write lock at that moment, RecordGap failed, was only
+// logged, and the gap was lost, no viewer rebuilt after 40 h of missed
+// stream (found by a review of the stream path). It waits the lock out.
+func TestAGapIsRecordedThoughTheWriteLockIsHeldAtConnect(t *testing.T) {
+	js := jetstreamtest.NewServer()
+	defer js.Close()
+	path := t.TempDir() + "/appview.db"
+	cfg := testConfig(t, js, path)
+	cfg.Ingest.IndexAll = false
+	ctx := context.Background()
+	stale := time.Now().Add(-40 * time.Hour).UnixMicro()
+	st, _, err := OpenOrCreateStore(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := syntax.DID(user("alice"))
+	st.RegisterViewer(ctx, alice, "following", time.Now())
+	st.ClaimFirstRead(ctx, alice, "following", "x", time.Now(), time.Minute)
+	if _, err := st.CompleteFirstRead(ctx, alice, "following", "x", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ApplyBatch(ctx, &feeds.Batch{Cursor: feeds.StreamCursor{TimeUS: stale}}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Build(ctx, cfg, Options{Listener: l, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	td := &testDaemon{Daemon: d, base: "http://" + l.Addr().String()}
+
+	// An operator command (rebuild, backfill) holds the write lock.
+	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	defer func() {
+		cancel()
+		<-done
+		d.Close(ctx)
+	}()
+	// The gap's write waits the busy timeout (5 s), fails, and waits again.
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(td.metrics(t), "appview_database_write_busy_total 1") {
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon never found the write lock busy")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if !js.WaitConnections(1, 20*time.Second) {
+		t.Fatal("daemon did not subscribe")
+	}
+	now := time.Now().UnixMicro()
+	js.Append(jetstreamtest.Post(user("carol"), "p1", now, "after the gap"))
+	td.waitCursor(t, now)
+
+	g, ok, err := td.Store().LastGap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok || g.CursorUS != stale {
+		t.Errorf("no gap recorded for the stale cursor %d (last gap %+v, found %v); the cursor is now %d, so no reconnect will record it",
+			stale, g, ok, td.Store().Cursor().TimeUS)
+	}
+	if !strings.Contains(td.metrics(t), "appview_jetstream_gaps_total 1") {
+		t.Error("gap not counted")
+	}
+	if vs, _ := td.Store().RegisterViewer(ctx, alice, "following", time.Now()); vs.Complete {
+		t.Error("viewer alice still complete: not marked for a rebuild after 40 h of missed stream")
 	}
 }
