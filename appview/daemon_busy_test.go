@@ -16,6 +16,30 @@ import (
 	"github.com/atfeeds/appview/jetstream/jetstreamtest"
 )
 
+// holdWriteLock takes the database's write lock from a connection of its
+// own, as an operator command's long transaction would, until release.
+func holdWriteLock(t *testing.T, path string) (release func()) {
+	t.Helper()
+	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	conn, err := other.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // An operator command beside the daemon (a rebuild's chunk, a backfill's
 // page) may hold the write lock longer than the daemon's busy timeout.
 // The ingest batch that could not begin is tried again, and the daemon
@@ -27,20 +51,7 @@ func TestIngestWaitsOutAWriteLockHeldElsewhere(t *testing.T) {
 	path := t.TempDir() + "/appview.db"
 	td := startDaemon(t, js, testConfig(t, js, path))
 
-	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	ctx := context.Background()
-	conn, err := other.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
+	release := holdWriteLock(t, path)
 	js.Append(
 		jetstreamtest.Follow(followNSID, user("alice"), "f1", user("carol"), t0+1),
 		jetstreamtest.Post(user("carol"), "p1", t0+2, "written while the lock was held elsewhere"),
@@ -53,9 +64,7 @@ func TestIngestWaitsOutAWriteLockHeldElsewhere(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	td.waitCursor(t, t0+2)
 	if got := td.feed(t, user("alice")); !slices.Equal(got, []string{"p1"}) {
 		t.Errorf("alice = %v, want [p1]", got)
@@ -79,24 +88,9 @@ func TestNotifyAnswers503WhenTheWriteLockIsHeldElsewhere(t *testing.T) {
 	rk := rkeyAt(time.Now())
 	n.pdsPost(carol, rk, time.Now())
 
-	other, err := sql.Open("sqlite", "file:"+cfg.Database.Path+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	ctx := context.Background()
-	conn, err := other.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
+	release := holdWriteLock(t, cfg.Database.Path)
 	status, body := td.notifyCall(t, testNotifySecret, `{"uri":"`+postURI(carol, rk)+`"}`)
-	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "NotEnoughResources") {
 		t.Fatalf("notify with the write lock held elsewhere: %d %s, want 503 NotEnoughResources", status, body)
 	}
@@ -148,19 +142,7 @@ func TestAGapIsRecordedThoughTheWriteLockIsHeldAtConnect(t *testing.T) {
 	td := &testDaemon{Daemon: d, base: "http://" + l.Addr().String()}
 
 	// An operator command (rebuild, backfill) holds the write lock.
-	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	conn, err := other.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
+	release := holdWriteLock(t, path)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -178,9 +160,7 @@ func TestAGapIsRecordedThoughTheWriteLockIsHeldAtConnect(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if !js.WaitConnections(1, 20*time.Second) {
 		t.Fatal("daemon did not subscribe")
 	}

@@ -31,6 +31,28 @@ func (r fixedResolver) LookupDID(_ context.Context, did syntax.DID) (*directory.
 	return &directory.Identity{DID: did, PDS: r.pds}, nil
 }
 
+// newTestNotifier is a notifier on a fresh index_all store whose every
+// account's PDS is pdsURL.
+func newTestNotifier(t *testing.T, pdsURL string, log *slog.Logger) *notifier {
+	t.Helper()
+	store, err := feeds.Open(context.Background(), feeds.Options{Path: t.TempDir() + "/appview.db", IndexAll: true,
+		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, Targets: []feeds.Target{{Collection: postNSID, Cap: 10}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	httpc := egress.NewClient(egress.Options{AllowPrivateNetworks: true, Timeout: 5 * time.Second})
+	return &notifier{
+		store: store, resolver: fixedResolver{pds: pdsURL},
+		pds:      pds.NewClient(httpc, pds.Options{Timeout: 5 * time.Second}),
+		limits:   pds.NewLimiter(notifyGlobal, notifyPerHost),
+		follows:  map[syntax.NSID]bool{followNSID: true},
+		log:      log,
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_outcomes"}, []string{"outcome"}),
+		now:      time.Now,
+	}
+}
+
 // Parallel notifyOfUpdate calls for records on one PDS share its request
 // slots: however many calls arrive, no more than notifyPerHost getRecord
 // requests reach the host at once.
@@ -50,22 +72,7 @@ func TestNotifyBoundsRequestsPerPDSAcrossCalls(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	store, err := feeds.Open(context.Background(), feeds.Options{Path: t.TempDir() + "/appview.db", IndexAll: true,
-		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, Targets: []feeds.Target{{Collection: postNSID, Cap: 10}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	httpc := egress.NewClient(egress.Options{AllowPrivateNetworks: true, Timeout: 5 * time.Second})
-	n := &notifier{
-		store: store, resolver: fixedResolver{pds: srv.URL},
-		pds:      pds.NewClient(httpc, pds.Options{Timeout: 5 * time.Second}),
-		limits:   pds.NewLimiter(notifyGlobal, notifyPerHost),
-		follows:  map[syntax.NSID]bool{followNSID: true},
-		log:      slog.New(slog.DiscardHandler),
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_outcomes"}, []string{"outcome"}),
-		now:      time.Now,
-	}
+	n := newTestNotifier(t, srv.URL, slog.New(slog.DiscardHandler))
 	var wg sync.WaitGroup
 	for c := range 5 {
 		wg.Add(1)
@@ -99,23 +106,8 @@ func TestNotifyLogsABadUpstreamRecord(t *testing.T) {
 			uri, pdstest.FakeCID([]byte(uri)))
 	}))
 	t.Cleanup(srv.Close)
-	store, err := feeds.Open(context.Background(), feeds.Options{Path: t.TempDir() + "/appview.db", IndexAll: true,
-		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, Targets: []feeds.Target{{Collection: postNSID, Cap: 10}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
 	var logs syncbuf.Buffer
-	httpc := egress.NewClient(egress.Options{AllowPrivateNetworks: true, Timeout: 5 * time.Second})
-	n := &notifier{
-		store: store, resolver: fixedResolver{pds: srv.URL},
-		pds:      pds.NewClient(httpc, pds.Options{Timeout: 5 * time.Second}),
-		limits:   pds.NewLimiter(notifyGlobal, notifyPerHost),
-		follows:  map[syntax.NSID]bool{followNSID: true},
-		log:      slog.New(slog.NewTextHandler(&logs, nil)),
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_outcomes"}, []string{"outcome"}),
-		now:      time.Now,
-	}
+	n := newTestNotifier(t, srv.URL, slog.New(slog.NewTextHandler(&logs, nil)))
 	const uri = "at://did:plc:carol/app.bsky.feed.post/3kaaaaaaaaa22"
 	res, err := n.NotifyOfUpdate(context.Background(), []syntax.ATURI{uri})
 	if err != nil {

@@ -105,6 +105,24 @@ func newWorld(t *testing.T, cfg Config) *world {
 	return w
 }
 
+// hogARunningPlace starts the first read of a new viewer, name, who
+// follows followee and whose PDS never answers its follows listing, and
+// returns once its run holds a running place (for its whole run timeout).
+func (w *world) hogARunningPlace(name string, followee syntax.DID) {
+	hog := w.account(name)
+	w.follow(hog, followee, 2)
+	w.pds.Fail(hog, followNSID, pdstest.FaultHang)
+	running := make(chan struct{})
+	var once sync.Once
+	w.gate.Store(func(r *http.Request) {
+		if r.URL.Query().Get("repo") == string(hog) {
+			once.Do(func() { close(running) })
+		}
+	})
+	go w.svc.Ensure(context.Background(), hog, "following", name+"-client")
+	<-running
+}
+
 // advance moves the clock while runs may read it.
 func (w *world) advance(d time.Duration) time.Time {
 	w.mu.Lock()

@@ -2,13 +2,10 @@ package backfill
 
 import (
 	"context"
-	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/atfeeds/appview/feeds"
-	"github.com/atfeeds/appview/pds/pdstest"
 )
 
 // README: "existing viewers never pass through either check" (the client
@@ -31,19 +28,7 @@ func TestAnExistingViewerDueARebuildIsNotRefusedItsFeed(t *testing.T) {
 		t.Fatalf("setup: feed %v", got)
 	}
 
-	// A new viewer whose PDS hangs holds the one place.
-	hog := w.account("hog")
-	w.follow(hog, alice, 2)
-	w.pds.Fail(hog, followNSID, pdstest.FaultHang)
-	running := make(chan struct{})
-	var once sync.Once
-	w.gate.Store(func(r *http.Request) {
-		if r.URL.Query().Get("repo") == string(hog) {
-			once.Do(func() { close(running) })
-		}
-	})
-	go w.svc.Ensure(ctx, hog, "following", "hog-client")
-	<-running // the hog's run holds the one place
+	w.hogARunningPlace("hog", alice) // a new viewer whose PDS hangs holds the one place
 
 	// A gap: the viewer is due a rebuild at its next read.
 	if _, err := w.store.RecordGap(ctx, feeds.Gap{Detected: w.clock, CursorUS: 1, Size: 48 * time.Hour}); err != nil {

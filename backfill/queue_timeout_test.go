@@ -3,8 +3,6 @@ package backfill
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,18 +29,7 @@ func TestAQueuedFirstReadGetsItsRunTimeoutFromItsClaim(t *testing.T) {
 	for round := range 2 {
 		// Another new viewer whose PDS hangs holds the one running slot
 		// for its whole run timeout.
-		hog := w.account(fmt.Sprint("hog", round))
-		w.follow(hog, alice, 2)
-		w.pds.Fail(hog, followNSID, pdstest.FaultHang)
-		running := make(chan struct{})
-		var once sync.Once
-		w.gate.Store(func(r *http.Request) {
-			if r.URL.Query().Get("repo") == string(hog) {
-				once.Do(func() { close(running) })
-			}
-		})
-		go w.svc.Ensure(ctx, hog, "following", fmt.Sprint("hog-client", round))
-		<-running // the hog's run holds the running slot
+		w.hogARunningPlace(fmt.Sprint("hog", round), alice)
 		time.Sleep(200 * time.Millisecond)
 
 		// The viewer's PDS answers its first page in 500 ms, a quarter of the run

@@ -208,19 +208,20 @@ func (s *Service) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, s.stopBG)
 	defer stop()
 	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		s.retireLoop(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		s.refreshViewersLoop(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		s.retryLoop(ctx)
-	}()
+	for _, loop := range []struct {
+		interval time.Duration
+		run      func(context.Context)
+	}{
+		{time.Minute, s.retireStale},
+		{viewerRefreshInterval, s.refreshViewers},
+		{time.Minute, s.retryDue},
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			every(ctx, loop.interval, func() { loop.run(ctx) })
+		}()
+	}
 	for range max(1, s.cfg.Concurrency/4) {
 		wg.Add(1)
 		go func() {
@@ -259,73 +260,56 @@ func (s *Service) Run(ctx context.Context) error {
 // would otherwise take for new ones, charged to their client's bucket.
 const viewerRefreshInterval = 5 * time.Second
 
-// refreshViewersLoop reloads the in-memory viewer set when another
-// process changed the viewers (feeds.Store.RefreshViewers).
-func (s *Service) refreshViewersLoop(ctx context.Context) {
-	t := time.NewTicker(viewerRefreshInterval)
+// every runs fn each interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		reloaded, err := s.store.RefreshViewers(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			s.log.Warn("refresh viewers", "err", err)
-		case reloaded:
-			s.log.Info("viewers changed by another process: reloaded")
+			fn()
 		}
 	}
 }
 
-// retireLoop retires stale viewers in bounded slices, once a minute.
-func (s *Service) retireLoop(ctx context.Context) {
+// refreshViewers reloads the in-memory viewer set when another process
+// changed the viewers (feeds.Store.RefreshViewers).
+func (s *Service) refreshViewers(ctx context.Context) {
+	reloaded, err := s.store.RefreshViewers(ctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		s.log.Warn("refresh viewers", "err", err)
+	case reloaded:
+		s.log.Info("viewers changed by another process: reloaded")
+	}
+}
+
+// retireStale retires stale viewers in bounded slices.
+func (s *Service) retireStale(ctx context.Context) {
 	const slice = 100
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
+		n, err := s.store.RetireViewers(ctx, s.cfg.Now(), s.cfg.ViewerTTL, slice)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Error("retire viewers", "err", err)
+			}
 			return
-		case <-t.C:
 		}
-		for {
-			n, err := s.store.RetireViewers(ctx, s.cfg.Now(), s.cfg.ViewerTTL, slice)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.Error("retire viewers", "err", err)
-				}
-				break
-			}
-			if n > 0 {
-				s.log.Info("retired stale viewers", "count", n)
-				s.forgetComplete()
-			}
-			if n < slice {
-				break
-			}
+		if n > 0 {
+			s.log.Info("retired stale viewers", "count", n)
+			s.forgetComplete()
+		}
+		if n < slice {
+			return
 		}
 	}
 }
 
-// retryLoop retries failed account listings on their schedule (backoff
+// retryDue retries failed account listings on their schedule (backoff
 // up to RetryMax, at most MaxAttempts), then merges what they fetched into
 // the followers' feeds, whose first reads completed without it.
-func (s *Service) retryLoop(ctx context.Context) {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.retryDue(ctx)
-	}
-}
-
 func (s *Service) retryDue(ctx context.Context) {
 	due, err := s.store.DueListings(ctx, s.cfg.Now(), s.cfg.MaxAttempts, 100)
 	if err != nil {
