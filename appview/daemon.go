@@ -241,6 +241,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		g.Go(func() error { return named("profiles", d.profiles.Run(gctx)) })
 	}
 	g.Go(func() error { return named("status", d.status.Run(gctx)) })
+	if d.cfg.Ingest.IndexAll {
+		g.Go(func() error { d.finishRebuilds(gctx); return nil })
+	}
 	g.Go(func() error { return named("http", d.server.Serve(d.listener)) })
 	g.Go(func() error {
 		<-gctx.Done()
@@ -278,6 +281,37 @@ func (d *Daemon) resumePosition(ctx context.Context) jetstream.Position {
 		}
 	}
 	return jetstream.Position{TimeUS: c.TimeUS, Seq: c.Seq, Host: c.Host}
+}
+
+// finishRebuilds runs, in index_all mode, the feed rebuilds left
+// unfinished: those queued when a feed gained a target (no first read
+// rebuilds a viewer in that mode), and an operator's interrupted one. Each
+// resumes from its stored position, a chunk of viewers a transaction,
+// beside the ingest; a failure is logged and the rebuild left for the
+// next start.
+func (d *Daemon) finishRebuilds(ctx context.Context) {
+	pending, err := d.store.UnfinishedRebuilds(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Error("read unfinished rebuilds", "err", err)
+		}
+		return
+	}
+	for _, p := range pending {
+		d.log.Info("rebuilding feed", "feed", p.Feed, "resumed_after_viewer", p.AfterViewer)
+		res, err := d.store.RebuildFeed(ctx, p.Feed, feeds.RebuildOptions{})
+		if errors.Is(err, feeds.ErrUnknownLane) {
+			d.log.Warn("an unfinished rebuild names a feed no longer configured", "feed", p.Feed)
+			continue
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Error("rebuild feed", "feed", p.Feed, "err", err)
+			}
+			return
+		}
+		d.log.Info("feed rebuilt", "feed", p.Feed, "viewers", res.Done, "rows", res.Rows)
+	}
 }
 
 // recordGap records a gap, waiting out a write lock another process holds

@@ -510,3 +510,38 @@ func TestJetstreamSessionsAreSyncRuns(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// In index_all mode no first read rebuilds a viewer, so a feed added to
+// the config later is rebuilt by the daemon from what is stored, in the
+// background after it starts: its readers get the backlog, not only what
+// arrives from then on (found by a review).
+func TestAFeedAddedLaterInIndexAllIsRebuiltByTheDaemon(t *testing.T) {
+	js := jetstreamtest.NewServer()
+	defer js.Close()
+	path := t.TempDir() + "/appview.db"
+	cfg := testConfig(t, js, path)
+	first := startDaemon(t, js, cfg)
+	js.Append(
+		jetstreamtest.Follow(followNSID, user("alice"), "f1", user("carol"), t0+1),
+		jetstreamtest.Post(user("carol"), "p1", t0+2, "before the feed was added"),
+	)
+	first.waitCursor(t, t0+2)
+	first.stop()
+
+	added := cfg.Feeds[0]
+	added.Name = "also"
+	cfg.Feeds = append(cfg.Feeds, added)
+	second := startDaemon(t, js, cfg)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var page feedResponse
+		second.getJSON(t, "/xrpc/com.example.appview.getFeed?feed=also&actor="+user("alice"), &page)
+		if len(page.Records) == 1 && page.Records[0].RKey == "p1" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("feed also = %+v, want the stored p1", page.Records)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

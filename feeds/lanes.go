@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -172,6 +173,21 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 	for _, feed := range gained {
 		if err := s.rebuildViewersOf(ctx, tx, feed); err != nil {
 			return err
+		}
+		if s.indexAll && before != laneDefinitionsNone {
+			// In index_all mode no first read rebuilds a viewer: the
+			// feed's rebuild is queued here, with the change, and the
+			// daemon runs it (UnfinishedRebuilds). Otherwise the lane
+			// would keep only what arrives from now on, its stored
+			// backlog skipped (TestAFeedAddedLaterInIndexAllGetsItsBacklog).
+			nowUS := time.Now().UnixMicro()
+			if _, err := tx.ExecContext(ctx, `
+				INSERT INTO cursors (kind, seq, time_us, updated_us) VALUES (?1, 0, ?2, ?2)
+				ON CONFLICT (kind) DO UPDATE SET seq = 0, time_us = excluded.time_us, updated_us = excluded.updated_us`,
+				rebuildCursorPrefix+feed, nowUS); err != nil {
+				return fmt.Errorf("queue the rebuild of feed %q: %w", feed, err)
+			}
+			s.log.Info("feed gained a target: its rebuild is queued (index_all)", "feed", feed)
 		}
 	}
 	return tx.Commit()

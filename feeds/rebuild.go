@@ -183,6 +183,13 @@ type RebuildPosition struct {
 	Updated     time.Time
 }
 
+// UnfinishedRebuilds lists the rebuilds begun and not finished: an
+// operator's interrupted `appview rebuild`, or, in index_all mode, one
+// queued when a feed gained a target. RebuildFeed resumes each.
+func (s *Store) UnfinishedRebuilds(ctx context.Context) ([]RebuildPosition, error) {
+	return s.rebuildPositions(ctx)
+}
+
 func (s *Store) rebuildPositions(ctx context.Context) ([]RebuildPosition, error) {
 	rows, err := s.reader.QueryContext(ctx, `
 		SELECT substr(kind, ?1), seq, time_us, updated_us FROM cursors WHERE kind LIKE ?2 ORDER BY kind`,
