@@ -30,6 +30,7 @@ type ingestResult struct {
 	seedSeconds   float64
 	seedPeakRSS   int64
 	reconnections int64
+	walRestarts   float64 // RESTART checkpoints during the timed ingest
 }
 
 // ingestPhase plays the seed graph (not timed), then the main stream, and
@@ -66,6 +67,7 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 		return res, err
 	}
 	fanout0 := metrics.sum(`appview_feed_rows_total{operation="fanout"}`)
+	restarts0 := metrics.sum(`appview_database_wal_restarts_total`)
 	lastFanout, lastT := fanout0, 0.0
 	fmt.Fprintf(b.out, "\ningest: %d events (the mix above) through websocket → decode → batch → SQLite → fan-out → cursor\n", b.o.events)
 	fmt.Fprintf(b.out, "%-7s %9s %8s %10s %14s %8s\n", "tenth", "events", "seconds", "events/s", "fanout rows/s", "RSS MiB")
@@ -148,6 +150,9 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 	res.seconds = lastT
 	res.events = lastCommitted
 	res.fanoutRows = lastFanout - fanout0
+	if m, err := scrape(ctx, b.base); err == nil {
+		res.walRestarts = m.sum(`appview_database_wal_restarts_total`) - restarts0
+	}
 	res.peakRSS = procStatus("VmHWM")
 	res.reconnections = b.server.Connections() - 1
 	b.printIngest(res)
@@ -162,6 +167,7 @@ func (b *bench) printIngest(res ingestResult) {
 	fmt.Fprintf(b.out, "fan-out: %.0f rows in total, %.0f rows/s (appview_feed_rows_total{operation=\"fanout\"})\n",
 		res.fanoutRows, res.fanoutRows/res.seconds)
 	fmt.Fprintf(b.out, "peak RSS during the timed ingest (VmHWM, reset when it started): %.0f MiB\n", float64(res.peakRSS)/(1<<20))
+	fmt.Fprintf(b.out, "WAL RESTART checkpoints during the timed ingest: %.0f (appview_database_wal_restarts_total)\n", res.walRestarts)
 	if res.reconnections > 0 {
 		fmt.Fprintf(b.out, "WARNING: the daemon reconnected %d times; frames in flight were lost and the figures are not valid\n", res.reconnections)
 	}
