@@ -268,9 +268,16 @@ func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, listingRev
 		// retention could retire it behind this listing, which would then
 		// end complete without it; retention reopens complete listings
 		// only (retainListing).
-		if _, err := w.tx.ExecContext(w.ctx, `UPDATE records SET indexed_us = ?2 WHERE id = ?1 AND indexed_us < ?2`,
-			id, w.s.Cursor().TimeUS); err != nil {
+		res, err := w.tx.ExecContext(w.ctx, `UPDATE records SET indexed_us = ?2 WHERE id = ?1 AND indexed_us < ?2`,
+			id, w.s.Cursor().TimeUS)
+		if err != nil {
 			return false, fmt.Errorf("refresh listed record: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			// The indexed time is what a page shows as time_us: the
+			// record cache must forget the copy it holds
+			// (TestTheRecordCacheForgetsARecordAListingRefreshed).
+			w.recordChanged(id)
 		}
 		return false, nil
 	}
