@@ -34,11 +34,7 @@ const restartBusyMS = 250
 func (s *Store) boundWAL(ctx context.Context) {
 	threshold := int64(walRestartFactor*s.walPages) * 4096
 	fi, err := os.Stat(s.path + "-wal")
-	// At the threshold is not past it: a RESTART leaves the file
-	// truncated to exactly journal_size_limit, the threshold, and a file
-	// that size then ran another RESTART at every commit
-	// (TestAWALRestartIsNotRunOnEveryCommit).
-	if err != nil || fi.Size() <= max(threshold, s.walRetryAt) {
+	if err != nil || fi.Size() < max(threshold, s.walRetryAt) {
 		return
 	}
 	// Not cut short by the caller's context (a request's, a first

@@ -3,17 +3,13 @@ package feeds
 import (
 	"context"
 	"fmt"
+	"github.com/atfeeds/appview/internal/syncbuf"
 	"log/slog"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/atfeeds/appview/internal/syncbuf"
 )
 
 // The WAL must stay bounded under a continuous stream of batches while
@@ -96,35 +92,5 @@ func TestALongReaderDoesNotStallEveryCommit(t *testing.T) {
 	// second, still passed.)
 	if tries == 0 || tries > 10 {
 		t.Errorf("%d RESTART tries in 40 commits, want a few: one per threshold of growth", tries)
-	}
-}
-
-// After one RESTART checkpoint the WAL is truncated to journal_size_limit,
-// which equals boundWAL's threshold: a file of exactly that size ran
-// another RESTART checkpoint at every later commit (found by a review).
-func TestAWALRestartIsNotRunOnEveryCommit(t *testing.T) {
-	const walPages = 16
-	path := t.TempDir() + "/appview.db"
-	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg)
-	s := mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds, IndexAll: true, WALPages: walPages, Metrics: m})
-	var follows []Change
-	for v := range 50 {
-		follows = append(follows, follow(fmt.Sprintf("v%d", v), "alice", "f", 1))
-	}
-	apply(t, s, follows...)
-	restarts := func() float64 { return testutil.ToFloat64(m.walRestarts) }
-	for i := range 100 {
-		apply(t, s, post("alice", fmt.Sprintf("p%d", i), int64(10+i)))
-	}
-	fi, _ := os.Stat(path + "-wal")
-	before := restarts()
-	for i := range 40 {
-		apply(t, s, post("bob", fmt.Sprintf("q%d", i), int64(1000+i)))
-	}
-	after := restarts()
-	t.Logf("wal %d bytes, threshold %d; restarts before %v, over 40 small commits %v", fi.Size(), 2*walPages*4096, before, after-before)
-	if after-before > 10 {
-		t.Errorf("%v RESTART checkpoints in 40 small commits: one per commit once the WAL was truncated to the threshold", after-before)
 	}
 }
