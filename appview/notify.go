@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +17,7 @@ import (
 	"github.com/atfeeds/appview/directory"
 	"github.com/atfeeds/appview/egress"
 	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/internal/textclip"
 	"github.com/atfeeds/appview/pds"
 	"github.com/atfeeds/appview/xrpc"
 )
@@ -203,7 +203,7 @@ func (n *notifier) fetch(ctx context.Context, it *notifyItem) error {
 		case xrpc.NotifyErrInvalidRecord, xrpc.NotifyErrAccountNotFound, xrpc.NotifyErrUpstreamFailure:
 			// What a PDS or the directory answered: counted in
 			// appview_notify_records_total, and said once here.
-			n.log.Info("notified record not indexed", "uri", it.uri.String(), "error", name, "detail", briefly(msg))
+			n.log.Info("notified record not indexed", "uri", it.uri.String(), "error", name, "detail", textclip.Clip(msg, 200))
 		}
 		return nil
 	}
@@ -281,19 +281,6 @@ func (n *notifier) fetch(ctx context.Context, it *notifyItem) error {
 func notInScope(u syntax.ATURI, coll syntax.NSID) *xrpc.NotifyError {
 	return &xrpc.NotifyError{URI: u.String(), Error: xrpc.NotifyErrNotInScope,
 		Message: fmt.Sprintf("no viewer of this appview needs this account's %s records", coll)}
-}
-
-// briefly cuts an upstream's words short for a log line.
-func briefly(s string) string {
-	const max = 200
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
 
 // snakeCase turns an error name (UpstreamFailure) into a metric label

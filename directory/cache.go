@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/sync/singleflight"
 
 	"github.com/atfeeds/appview/egress"
+	"github.com/atfeeds/appview/internal/textclip"
 )
 
 // cache holds answers and failures for a while, bounded in size, and makes
@@ -232,15 +232,7 @@ func boundError(err error) error {
 	if err == nil {
 		return nil
 	}
-	msg := err.Error()
-	if len(msg) > maxCachedErrorBytes {
-		cut := maxCachedErrorBytes
-		for cut > 0 && !utf8.RuneStart(msg[cut]) {
-			cut--
-		}
-		msg = msg[:cut] + "…"
-	}
-	e := &cachedError{msg: msg}
+	e := &cachedError{msg: textclip.Clip(err.Error(), maxCachedErrorBytes)}
 	for _, k := range kinds {
 		if errors.Is(err, k) {
 			e.kinds = append(e.kinds, k)

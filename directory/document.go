@@ -11,6 +11,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/atfeeds/appview/egress"
+	"github.com/atfeeds/appview/internal/textclip"
 )
 
 // document is the part of a DID document the appview uses.
@@ -144,10 +145,4 @@ func canonicalHost(u *url.URL) {
 }
 
 // truncate keeps hostile strings short in error messages.
-func truncate(s string) string {
-	const max = 128
-	if len(s) > max {
-		return s[:max] + "…"
-	}
-	return s
-}
+func truncate(s string) string { return textclip.Clip(s, 128) }

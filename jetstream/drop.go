@@ -2,7 +2,8 @@ package jetstream
 
 import (
 	"fmt"
-	"unicode/utf8"
+
+	"github.com/atfeeds/appview/internal/textclip"
 )
 
 // A drop's error is logged, and a frame can be a megabyte: the strings from
@@ -89,14 +90,5 @@ func (e *clippedError) Error() string { return e.msg }
 
 func (e *clippedError) Unwrap() error { return e.err }
 
-// clip returns s cut to at most n bytes, at a rune boundary, marked with
-// "…" when cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
+// clip is textclip.Clip.
+var clip = textclip.Clip

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/atfeeds/appview/internal/textclip"
 )
 
 // Kind classifies a failed PDS request by what the caller should do next.
@@ -182,10 +184,5 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 	return max(0, min(d, maxRetryAfter))
 }
 
-// truncate keeps hostile strings short.
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
-}
+// truncate keeps hostile strings short, at a rune boundary.
+var truncate = textclip.Clip
