@@ -320,16 +320,14 @@ func (d *Daemon) finishRebuilds(ctx context.Context) {
 // recorded now is never seen again, and no viewer is rebuilt
 // (TestAGapIsRecordedThoughTheWriteLockIsHeldAtConnect). It gives up
 // only when the daemon stops, before anything newer is stored.
-func (d *Daemon) recordGap(ctx context.Context, g feeds.Gap) (bool, error) {
-	for attempt := 1; ; attempt++ {
+func (d *Daemon) recordGap(ctx context.Context, g feeds.Gap) (recorded bool, err error) {
+	err = retryWhileBusy(ctx.Done(), 1, d.log, "stream gap", func() error {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		recorded, err := d.store.RecordGap(wctx, g)
-		cancel()
-		if !errors.Is(err, feeds.ErrWriteBusy) || ctx.Err() != nil {
-			return recorded, err
-		}
-		d.log.Warn("stream gap waits: another process holds the database's write lock", "attempt", attempt)
-	}
+		defer cancel()
+		recorded, err = d.store.RecordGap(wctx, g)
+		return err
+	})
+	return recorded, err
 }
 
 // Close checkpoints and closes the database. Call it after Run has

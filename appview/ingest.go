@@ -73,29 +73,6 @@ func (in *ingester) tick(ctx context.Context, mutated bool, scale int, rows int6
 // timeout (5 s).
 const busyAttemptsAtShutdown = 3
 
-// apply applies a batch. A write lock held by another process (an
-// operator command's long transaction beside the daemon) fails the
-// batch's begin, before anything of it is written; the batch is tried
-// again, for as long as the daemon runs and a few times at shutdown,
-// rather than stopping the daemon (TestIngestWaitsOutAWriteLockHeldElsewhere).
-func (in *ingester) apply(ctx context.Context, stopping <-chan struct{}, b *feeds.Batch) (feeds.BatchResult, error) {
-	afterStop := 0 // attempts since the shutdown began
-	for attempt := 1; ; attempt++ {
-		res, err := in.store.ApplyBatch(ctx, b)
-		if !errors.Is(err, feeds.ErrWriteBusy) {
-			return res, err
-		}
-		select {
-		case <-stopping:
-			if afterStop++; afterStop >= busyAttemptsAtShutdown {
-				return res, err
-			}
-		default:
-		}
-		in.log.Warn("ingest waits: another process holds the database's write lock", "attempt", attempt)
-	}
-}
-
 // Run consumes events until ctx ends, then commits what it holds and
 // returns nil. A failed commit is our own state broken: it is returned and
 // stops the daemon.
@@ -120,7 +97,15 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			return nil
 		}
 		start := time.Now()
-		res, err := in.apply(ctx, stopping, batch)
+		// A write lock held by another process (an operator command's long
+		// transaction) fails the batch before anything of it is written:
+		// it is tried again rather than stopping the daemon
+		// (TestIngestWaitsOutAWriteLockHeldElsewhere).
+		var res feeds.BatchResult
+		err := retryWhileBusy(stopping, busyAttemptsAtShutdown, in.log, "ingest", func() (err error) {
+			res, err = in.store.ApplyBatch(ctx, batch)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("ingest batch: %w", err)
 		}
