@@ -99,11 +99,12 @@ type Store struct {
 	path         string // of the database file; its WAL is path + "-wal"
 	// walPages is the writer's wal_autocheckpoint (wal.go).
 	walPages int
-	// walRetryAt is the WAL size below which a RESTART that could not
-	// complete is not tried again (boundWAL; writer state, under writeMu).
-	walRetryAt int64
-	log        *slog.Logger
-	metrics    *Metrics
+	// walRetryFrames is the WAL length, in frames, below which a RESTART
+	// that could not complete is not tried again (boundWAL; writer state,
+	// under writeMu).
+	walRetryFrames int64
+	log            *slog.Logger
+	metrics        *Metrics
 
 	lanes         []lane
 	laneByKey     map[laneKey]*lane
@@ -234,8 +235,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.WALPages <= 0 {
 		opts.WALPages = walAutocheckpointPages
 	}
-	// journal_size_limit truncates the WAL file when it rewinds, so its
-	// size says how much it holds, which boundWAL watches (wal.go).
+	// journal_size_limit truncates the WAL file when it rewinds, so after
+	// a burst the file shrinks back to the RESTART threshold (wal.go).
 	writerDSN := dsn(opts.Path, false) +
 		fmt.Sprintf("&_pragma=cache_size(%d)&_pragma=wal_autocheckpoint(%d)&_pragma=journal_size_limit(%d)",
 			-opts.CacheMB*1024, opts.WALPages, walRestartFactor*opts.WALPages*4096)

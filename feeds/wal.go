@@ -1,8 +1,12 @@
 package feeds
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 )
 
@@ -29,12 +33,26 @@ const walRestartFactor = 2
 // restartBusyMS bounds a RESTART checkpoint's wait for readers.
 const restartBusyMS = 250
 
-// boundWAL restarts the WAL when it has outgrown its threshold. The caller
-// holds writeMu and no transaction is open.
+// boundWAL restarts the WAL when it holds more than its threshold. The
+// caller holds writeMu and no transaction is open.
+//
+// What the WAL holds is counted in frames of the current generation, not
+// read off the file's size: journal_size_limit leaves a rewound file at
+// the threshold's size however little it holds, so the size would ask for
+// a RESTART at every commit after the first
+// (TestARewoundWALIsNotRestartedAtEveryCommit).
 func (s *Store) boundWAL(ctx context.Context) {
-	threshold := int64(walRestartFactor*s.walPages) * 4096
-	fi, err := os.Stat(s.path + "-wal")
-	if err != nil || fi.Size() < max(threshold, s.walRetryAt) {
+	threshold := int64(walRestartFactor * s.walPages)
+	frames := max(threshold, s.walRetryFrames)
+	if full, err := walHolds(s.path+"-wal", frames); err != nil || !full {
+		if s.walRetryFrames > 0 && err == nil {
+			// Once the WAL has rewound (the automatic checkpoint found
+			// no reader in the way) a RESTART is due at the threshold
+			// again, not at the length the failed one left.
+			if over, err := walHolds(s.path+"-wal", threshold); err == nil && !over {
+				s.walRetryFrames = 0
+			}
+		}
 		return
 	}
 	// Not cut short by the caller's context (a request's, a first
@@ -42,20 +60,60 @@ func (s *Store) boundWAL(ctx context.Context) {
 	// writer connection, and a restore not run would leave the short busy
 	// timeout in place. restartBusyMS bounds the wait anyway.
 	ctx = context.WithoutCancel(ctx)
-	var busy, frames, copied int
-	_, err = s.writer.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, restartBusyMS))
+	var busy, logged, copied int
+	_, err := s.writer.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, restartBusyMS))
 	if err == nil {
-		err = s.writer.QueryRowContext(ctx, `PRAGMA wal_checkpoint(RESTART)`).Scan(&busy, &frames, &copied)
+		err = s.writer.QueryRowContext(ctx, `PRAGMA wal_checkpoint(RESTART)`).Scan(&busy, &logged, &copied)
 		if _, rerr := s.writer.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, busyTimeoutMS)); err == nil {
 			err = rerr
 		}
 	}
 	if err != nil || busy != 0 {
-		s.walRetryAt = fi.Size() + threshold
+		s.walRetryFrames = max(int64(logged), frames) + threshold
 		s.log.Warn("restart checkpoint did not complete: a reader holds an old snapshot",
-			"wal_bytes", fi.Size(), "next_try_bytes", s.walRetryAt, "err", err)
+			"wal_frames", logged, "next_try_frames", s.walRetryFrames, "err", err)
 		return
 	}
-	s.walRetryAt = 0
+	s.walRetryFrames = 0
 	s.metrics.walRestarted()
 }
+
+// walHolds says whether the WAL file at path holds at least n frames
+// written since it last rewound. A rewind writes a new header with new
+// salts, and every frame written after it carries them, so the n-th frame
+// belongs to the current generation exactly when its salts match the
+// header's (https://www.sqlite.org/fileformat.html#the_write_ahead_log).
+// A missing or short file holds fewer.
+func walHolds(path string, n int64) (bool, error) {
+	if n <= 0 {
+		return true, nil
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	var header [walHeaderSize]byte
+	if _, err := f.ReadAt(header[:], 0); err != nil {
+		return false, nil // not yet written: empty
+	}
+	pageSize := int64(binary.BigEndian.Uint32(header[8:12]))
+	if pageSize == 1 { // the format's spelling of 65536
+		pageSize = 65536
+	}
+	var frame [walFrameHeaderSize]byte
+	at := walHeaderSize + (n-1)*(walFrameHeaderSize+pageSize)
+	if _, err := f.ReadAt(frame[:], at); err != nil {
+		return false, nil // the file ends before it
+	}
+	return bytes.Equal(frame[8:16], header[16:24]), nil
+}
+
+// The WAL's header and each frame's header, in bytes.
+const (
+	walHeaderSize      = 32
+	walFrameHeaderSize = 24
+)
