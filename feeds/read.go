@@ -226,6 +226,9 @@ type readStatements struct {
 	viewerID *sql.Stmt
 	page     *sql.Stmt
 	records  *sql.Stmt
+	// viewer is FreshViewer's: every viewer's first read after a start
+	// asks it, as many as there are viewers.
+	viewer *sql.Stmt
 }
 
 func prepareReads(ctx context.Context, db *sql.DB) (*readStatements, error) {
@@ -242,6 +245,12 @@ func prepareReads(ctx context.Context, db *sql.DB) (*readStatements, error) {
 		r.viewerID.Close()
 		r.page.Close()
 		return nil, fmt.Errorf("prepare page records read: %w", err)
+	}
+	if r.viewer, err = db.PrepareContext(ctx, readViewerSQL); err != nil {
+		r.viewerID.Close()
+		r.page.Close()
+		r.records.Close()
+		return nil, fmt.Errorf("prepare viewer read: %w", err)
 	}
 	return &r, nil
 }

@@ -83,12 +83,14 @@ func readViewerStatus(ctx context.Context, tx *sql.Tx, actorID int64, feed strin
 // lastRead plus lastReadResolution. A process that has just started
 // knows no viewer yet, and without this every viewer's next read would
 // queue a write transaction behind the ingest batches.
+const readViewerSQL = `
+	SELECT v.state, v.last_read_us FROM viewers v JOIN actors a ON a.id = v.actor_id
+	WHERE a.did = ? AND v.feed = ?`
+
 func (s *Store) FreshViewer(ctx context.Context, viewer syntax.DID, feed string, now time.Time) (lastRead time.Time, fresh bool, err error) {
 	var state string
 	var lastUS int64
-	err = s.reader.QueryRowContext(ctx, `
-		SELECT v.state, v.last_read_us FROM viewers v JOIN actors a ON a.id = v.actor_id
-		WHERE a.did = ? AND v.feed = ?`, string(viewer), feed).Scan(&state, &lastUS)
+	err = s.reads.viewer.QueryRowContext(ctx, string(viewer), feed).Scan(&state, &lastUS)
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, false, nil
 	}
