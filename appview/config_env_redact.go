@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"reflect"
 	"strconv"
 	"strings"
@@ -13,7 +14,8 @@ import (
 
 // Redacted stands in for the value of every non-empty field tagged
 // `secret:"true"` wherever the config is shown: printed by `appview
-// config`, logged by serve at start (Config is a slog.LogValuer). Tag every
+// config`, logged by serve at start (Config is a slog.LogValuer), and for
+// the user information of any URL in it (redactUserinfo). Tag every
 // bearer token, password and key that joins Config; the printed YAML still
 // parses, with the placeholder in place of the secret.
 const Redacted = "REDACTED"
@@ -95,7 +97,9 @@ func redactedNode(v reflect.Value, secret bool) (*yaml.Node, error) {
 			n.Content = append(n.Content, e)
 		}
 		return n, nil
-	case reflect.String, reflect.Bool,
+	case reflect.String:
+		return scalarNode(redactUserinfo(v.String()))
+	case reflect.Bool,
 		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
 		reflect.Float32, reflect.Float64:
@@ -106,6 +110,21 @@ func redactedNode(v reflect.Value, secret bool) (*yaml.Node, error) {
 		return n, nil
 	}
 	return nil, fmt.Errorf("cannot print a %s", v.Type())
+}
+
+// redactUserinfo replaces the user information of a URL (a password, or
+// a token given as the user name) with Redacted; any other string is
+// returned as it is.
+func redactUserinfo(s string) string {
+	if !strings.Contains(s, "@") || !strings.Contains(s, "://") {
+		return s
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	u.User = url.User(Redacted)
+	return u.String()
 }
 
 func scalarNode(s string) (*yaml.Node, error) {

@@ -110,3 +110,36 @@ func TestConfigLogValue(t *testing.T) {
 		t.Errorf("logged config: %s", buf.Bytes())
 	}
 }
+
+// A URL's userinfo is a credential however the field is tagged: a
+// Jetstream behind a proxy that wants basic auth, a token as user name.
+// Printed and logged configs show the rest of the URL.
+func TestURLCredentialsAreRedacted(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Jetstream.URLs = []string{"wss://bob:hunter2@js.example.com/subscribe", "wss://t0ken@js2.example.com/subscribe", "wss://js3.example.com/subscribe"}
+	out, err := cfg.MarshalRedactedYAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	slog.New(slog.NewTextHandler(&logged, nil)).Info("config", "config", cfg)
+	for _, shown := range []string{string(out), logged.String()} {
+		for _, leak := range []string{"hunter2", "bob", "t0ken"} {
+			if strings.Contains(shown, leak) {
+				t.Errorf("shown %q:\n%s", leak, shown)
+			}
+		}
+		for _, want := range []string{"js.example.com/subscribe", "js2.example.com/subscribe", "wss://js3.example.com/subscribe"} {
+			if !strings.Contains(shown, want) {
+				t.Errorf("lacks %q:\n%s", want, shown)
+			}
+		}
+	}
+	back, err := ParseConfig(bytes.NewReader(out))
+	if err != nil {
+		t.Fatalf("printed config does not parse: %v\n%s", err, out)
+	}
+	if got := back.Jetstream.URLs[0]; got != "wss://"+Redacted+"@js.example.com/subscribe" {
+		t.Errorf("printed URL reads back as %q", got)
+	}
+}
