@@ -3,16 +3,22 @@ package appview
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/internal/syncbuf"
+	"github.com/atfeeds/appview/jetstream"
 	"github.com/atfeeds/appview/jetstream/jetstreamtest"
 )
 
@@ -181,5 +187,80 @@ func TestAGapIsRecordedThoughTheWriteLockIsHeldAtConnect(t *testing.T) {
 	}
 	if vs, _ := td.Store().RegisterViewer(ctx, alice, "following", time.Now()); vs.Complete {
 		t.Error("viewer alice still complete: not marked for a rebuild after 40 h of missed stream")
+	}
+}
+
+// The time a batch or its sweep tick waited for a write lock another
+// process held is not the time it took to apply: the catch-up pacing
+// measured from before the wait, and a 5 s wait shrank the next batch to
+// a fraction of what the writer can take in its budget (found by a review
+// of the operator commands).
+func TestABusyWaitDoesNotShrinkTheNextCatchUpBatch(t *testing.T) {
+	for _, waits := range []string{"batch", "sweep tick"} {
+		t.Run(waits, func(t *testing.T) {
+			t.Parallel()
+			path := t.TempDir() + "/appview.db"
+			store, err := feeds.Open(context.Background(), feeds.Options{
+				Path: path, IndexAll: true,
+				Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+					Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { store.Close() })
+			const backlog = 1000
+			events := make(chan jetstream.Event, backlog)
+			for i := range backlog {
+				us := t0 + int64(i)
+				events <- jetstream.Event{
+					DID: syntax.DID(fmt.Sprintf("did:plc:author%020d", i%50)), TimeUS: us, Kind: jetstream.KindCommit,
+					Commit: &jetstream.Commit{
+						Operation: jetstream.OpCreate, Collection: postNSID,
+						RKey: syntax.RecordKey(syntax.NewTID(us, 0)), Rev: string(syntax.NewTID(us, 0)),
+						CID:    "bafyreibaowdggfizbfrk2ypwue7e2mw5a3mjn665rxjs6gx7pd7oxfha3y",
+						Record: json.RawMessage(`{"$type":"app.bsky.feed.post","text":"hi","createdAt":"2026-01-01T00:00:00Z"}`),
+					},
+				}
+			}
+			var logs syncbuf.Buffer
+			var released sync.WaitGroup
+			// The lock is released once the write has waited out the busy
+			// timeout and said so.
+			holdUntilLogged := func(msg string) {
+				release := holdWriteLock(t, path)
+				released.Go(func() {
+					for !strings.Contains(logs.String(), msg) {
+						time.Sleep(20 * time.Millisecond)
+					}
+					release()
+				})
+			}
+			if waits == "batch" {
+				holdUntilLogged("ingest waits")
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			in := &ingester{
+				store: store, batchSize: 100, catchupSize: 1000, flushBudget: 2 * time.Second,
+				batchInterval: time.Hour, sweepIdle: time.Hour, now: time.Now,
+				log: slog.New(slog.NewTextHandler(&logs, nil)),
+				afterCommit: func(feeds.BatchResult) {
+					if waits == "sweep tick" {
+						holdUntilLogged("sweep tick skipped")
+					}
+					cancel()
+				},
+			}
+			err = in.Run(ctx, events)
+			released.Wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 1,000 events apply in well under the 2 s budget: the next
+			// batch may take the whole catch-up size.
+			if in.catchupLimit != 1000 {
+				t.Errorf("catch-up limit %d after a %s that waited for the lock, want 1000", in.catchupLimit, waits)
+			}
+		})
 	}
 }
