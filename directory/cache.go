@@ -19,15 +19,18 @@ import (
 type cache[V any] struct {
 	now            func() time.Time
 	hitTTL, errTTL time.Duration
-	max            int
 	timeout        time.Duration
 	group          singleflight.Group
 	// slots holds a token for each fetch in flight, at most MaxFetches.
 	slots chan struct{}
 
 	mu      sync.Mutex
-	entries map[string]*list.Element // of *entry[V]
-	order   *list.List               // oldest stored first: evicted first
+	entries map[string]*list.Element // of *entry[V], on one of the shelves
+	// Answers and failures are bounded apart, failures more tightly:
+	// anyone can make lookups fail (getFeed resolves any handle a client
+	// names), and failures sharing the answers' bound pushed the answers
+	// out (TestFailingLookupsDoNotPushAnswersOut).
+	answers, failures shelf
 	// seq numbers fetches; purgedAt[key] is the seq current when key was
 	// purged while a fetch of it was in flight, so fetches that started
 	// before the purge do not store what they found.
@@ -35,6 +38,26 @@ type cache[V any] struct {
 	inflight map[string]int
 	purgedAt map[string]uint64
 }
+
+// shelf is one list of the cache, oldest stored first: the first evicted,
+// and the first checked for expiry
+// (TestExpiredEntriesLeaveWithoutBeingLookedUp).
+type shelf struct {
+	order *list.List
+	max   int
+}
+
+// answersPerFailure sizes the failures' shelf: a tenth of MaxEntries.
+// Failures are kept minutes (ErrTTL), answers an hour, so failures need
+// less room; a flood past it pushes out only older failures.
+const answersPerFailure = 10
+
+// sweepBatch is how many expired entries a visit to the cache (a lookup
+// or a store) drops at most from each shelf: more than the one entry a
+// store adds, so a backlog of expired entries shrinks as the cache is
+// used, and few enough that no visit walks a whole cache of them under
+// the lock (TestExpiredEntriesAreDroppedAFewAtATime).
+const sweepBatch = 8
 
 type entry[V any] struct {
 	key     string
@@ -48,11 +71,11 @@ func newCache[V any](cfg Config) *cache[V] {
 		now:      cfg.Now,
 		hitTTL:   cfg.HitTTL,
 		errTTL:   cfg.ErrTTL,
-		max:      cfg.MaxEntries,
 		timeout:  cfg.Timeout,
 		slots:    make(chan struct{}, cfg.MaxFetches),
 		entries:  make(map[string]*list.Element),
-		order:    list.New(),
+		answers:  shelf{order: list.New(), max: cfg.MaxEntries},
+		failures: shelf{order: list.New(), max: max(1, cfg.MaxEntries/answersPerFailure)},
 		inflight: make(map[string]int),
 		purgedAt: make(map[string]uint64),
 	}
@@ -107,17 +130,49 @@ func (c *cache[V]) get(ctx context.Context, key string, fetch func(context.Conte
 func (c *cache[V]) lookup(key string) (*entry[V], bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := c.now()
+	c.dropExpired(now)
 	el, ok := c.entries[key]
 	if !ok {
 		return nil, false
 	}
 	e := el.Value.(*entry[V])
-	if !c.now().Before(e.expires) {
-		c.order.Remove(el)
-		delete(c.entries, key)
+	if !now.Before(e.expires) {
+		c.remove(el)
 		return nil, false
 	}
 	return e, true
+}
+
+// dropExpired drops up to sweepBatch expired entries from the oldest end
+// of each shelf, so an entry no one asks for again does not stay until
+// pushed out. Answers share one TTL, so their shelf is in the order they
+// expire; a failure that may pass (kept a quarter of ErrTTL) can wait
+// behind older failures, and goes at most ErrTTL after it was stored.
+func (c *cache[V]) dropExpired(now time.Time) {
+	for _, s := range []*shelf{&c.answers, &c.failures} {
+		for range sweepBatch {
+			el := s.order.Front()
+			if el == nil || now.Before(el.Value.(*entry[V]).expires) {
+				break
+			}
+			c.remove(el)
+		}
+	}
+}
+
+// shelfOf is where e is kept: failures apart from answers.
+func (c *cache[V]) shelfOf(e *entry[V]) *shelf {
+	if e.err != nil {
+		return &c.failures
+	}
+	return &c.answers
+}
+
+func (c *cache[V]) remove(el *list.Element) {
+	e := el.Value.(*entry[V])
+	c.shelfOf(e).order.Remove(el)
+	delete(c.entries, e.key)
 }
 
 func (c *cache[V]) begin(key string) uint64 {
@@ -149,17 +204,16 @@ func (c *cache[V]) end(key string, seq uint64, e *entry[V]) {
 	case e.err != nil:
 		ttl = c.errTTL
 	}
-	e.expires = c.now().Add(ttl)
+	now := c.now()
+	c.dropExpired(now)
+	e.expires = now.Add(ttl)
 	if el, ok := c.entries[key]; ok {
-		el.Value = e
-		c.order.MoveToBack(el)
-		return
+		c.remove(el) // an answer replaced by a failure changes shelves
 	}
-	c.entries[key] = c.order.PushBack(e)
-	for c.order.Len() > c.max {
-		oldest := c.order.Front()
-		c.order.Remove(oldest)
-		delete(c.entries, oldest.Value.(*entry[V]).key)
+	s := c.shelfOf(e)
+	c.entries[key] = s.order.PushBack(e)
+	for s.order.Len() > s.max {
+		c.remove(s.order.Front())
 	}
 }
 
@@ -176,8 +230,7 @@ func (c *cache[V]) purge(key string) (V, bool) {
 		var zero V
 		return zero, false
 	}
-	c.order.Remove(el)
-	delete(c.entries, key)
+	c.remove(el)
 	e := el.Value.(*entry[V])
 	return e.val, e.err == nil
 }
@@ -191,14 +244,15 @@ func (c *cache[V]) purgeAll() {
 		c.purgedAt[key] = c.seq
 	}
 	clear(c.entries)
-	c.order.Init()
+	c.answers.order.Init()
+	c.failures.order.Init()
 }
 
 // len reports the number of stored entries, expired ones included.
 func (c *cache[V]) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.order.Len()
+	return c.answers.order.Len() + c.failures.order.Len()
 }
 
 // ErrBusy answers a lookup past Config.MaxFetches: it says nothing about

@@ -51,7 +51,9 @@ type Config struct {
 	// (default 1h and 2m); a failure that may pass (ErrUnavailable) is
 	// cached for a quarter of ErrTTL.
 	HitTTL, ErrTTL time.Duration
-	// MaxEntries bounds each of the DID and handle caches (default 100,000).
+	// MaxEntries bounds the answers each of the DID and handle caches
+	// keeps (default 100,000). Failures are bounded apart, at a tenth of
+	// it, so lookups that fail push out only other failures.
 	MaxEntries int
 	// MaxFetches bounds each cache's lookups in flight (default 256); one
 	// more fails at once with ErrUnavailable and is not cached.
