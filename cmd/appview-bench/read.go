@@ -90,6 +90,10 @@ func (b *bench) readPhase(ctx context.Context) (clientResult, error) {
 			fmt.Fprintf(b.out, "record cache: %.0f%% of page items hit, %.1f MiB held (database.record_cache_mb)\n",
 				100*hits/(hits+misses), m.sum("appview_feed_record_cache_bytes")/(1<<20))
 		}
+		// Each RESTART waits, under the write lock, for the pages being
+		// read: the reads are what can make the WAL guard run one.
+		fmt.Fprintf(b.out, "WAL RESTART checkpoints so far: %.0f (appview_database_wal_restarts_total)\n",
+			m.sum(`appview_database_wal_restarts_total`))
 	}
 	fmt.Fprintf(b.out, "daemon RSS after the read phase %.0f MiB\n", float64(procStatus("VmRSS"))/(1<<20))
 	if n := b.logs.warnings.Load(); n > 0 {
