@@ -3,8 +3,6 @@ package appview
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/internal/syncbuf"
-	"github.com/atfeeds/appview/jetstream"
 	"github.com/atfeeds/appview/jetstream/jetstreamtest"
 )
 
@@ -210,19 +207,7 @@ func TestABusyWaitDoesNotShrinkTheNextCatchUpBatch(t *testing.T) {
 			}
 			t.Cleanup(func() { store.Close() })
 			const backlog = 1000
-			events := make(chan jetstream.Event, backlog)
-			for i := range backlog {
-				us := t0 + int64(i)
-				events <- jetstream.Event{
-					DID: syntax.DID(fmt.Sprintf("did:plc:author%020d", i%50)), TimeUS: us, Kind: jetstream.KindCommit,
-					Commit: &jetstream.Commit{
-						Operation: jetstream.OpCreate, Collection: postNSID,
-						RKey: syntax.RecordKey(syntax.NewTID(us, 0)), Rev: string(syntax.NewTID(us, 0)),
-						CID:    "bafyreibaowdggfizbfrk2ypwue7e2mw5a3mjn665rxjs6gx7pd7oxfha3y",
-						Record: json.RawMessage(`{"$type":"app.bsky.feed.post","text":"hi","createdAt":"2026-01-01T00:00:00Z"}`),
-					},
-				}
-			}
+			events := queuedPosts(backlog, shortPost)
 			var logs syncbuf.Buffer
 			var released sync.WaitGroup
 			// The lock is released once the write has waited out the busy

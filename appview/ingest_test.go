@@ -101,20 +101,7 @@ func TestIngesterCommitsABacklogInLargeBatches(t *testing.T) {
 	defer store.Close()
 
 	const backlog = 2500
-	events := make(chan jetstream.Event, backlog)
-	for i := range backlog {
-		us := t0 + int64(i)
-		did := syntax.DID(fmt.Sprintf("did:plc:author%020d", i%50))
-		events <- jetstream.Event{
-			DID: did, TimeUS: us, Kind: jetstream.KindCommit,
-			Commit: &jetstream.Commit{
-				Operation: jetstream.OpCreate, Collection: postNSID,
-				RKey: syntax.RecordKey(syntax.NewTID(us, 0)), Rev: string(syntax.NewTID(us, 0)),
-				CID:    "bafyreibaowdggfizbfrk2ypwue7e2mw5a3mjn665rxjs6gx7pd7oxfha3y",
-				Record: json.RawMessage(`{"$type":"app.bsky.feed.post","text":"hi","createdAt":"2026-01-01T00:00:00Z"}`),
-			},
-		}
-	}
+	events := queuedPosts(backlog, shortPost)
 	var sizes []int
 	runCtx, cancel := context.WithCancel(ctx)
 	consumed := 0
@@ -145,6 +132,27 @@ func TestIngesterCommitsABacklogInLargeBatches(t *testing.T) {
 	if consumed != backlog {
 		t.Errorf("%d events reported consumed, want %d", consumed, backlog)
 	}
+}
+
+// shortPost is a post record of a few bytes.
+var shortPost = json.RawMessage(`{"$type":"app.bsky.feed.post","text":"hi","createdAt":"2026-01-01T00:00:00Z"}`)
+
+// queuedPosts is a queue holding n post creates, one a microsecond from
+// t0, by 50 authors in turn, each carrying record.
+func queuedPosts(n int, record json.RawMessage) chan jetstream.Event {
+	events := make(chan jetstream.Event, n)
+	for i := range n {
+		us := t0 + int64(i)
+		events <- jetstream.Event{
+			DID: syntax.DID(fmt.Sprintf("did:plc:author%020d", i%50)), TimeUS: us, Kind: jetstream.KindCommit,
+			Commit: &jetstream.Commit{
+				Operation: jetstream.OpCreate, Collection: postNSID,
+				RKey: syntax.RecordKey(syntax.NewTID(us, 0)), Rev: string(syntax.NewTID(us, 0)),
+				CID: "bafyreibaowdggfizbfrk2ypwue7e2mw5a3mjn665rxjs6gx7pd7oxfha3y", Record: record,
+			},
+		}
+	}
+	return events
 }
 
 func total(xs []int) (n int) {
@@ -196,18 +204,7 @@ func TestIngesterFlushesABatchAtItsByteBound(t *testing.T) {
 	store := openIndexAllStore(t)
 	const n, size = 600, 65_000
 	record := json.RawMessage(`{"$type":"app.bsky.feed.post","text":"` + strings.Repeat("a", size-40) + `"}`)
-	events := make(chan jetstream.Event, n)
-	for i := range n {
-		us := t0 + int64(i)
-		events <- jetstream.Event{
-			DID: syntax.DID(fmt.Sprintf("did:plc:author%020d", i%50)), TimeUS: us, Kind: jetstream.KindCommit,
-			Commit: &jetstream.Commit{
-				Operation: jetstream.OpCreate, Collection: postNSID,
-				RKey: syntax.RecordKey(syntax.NewTID(us, 0)), Rev: string(syntax.NewTID(us, 0)),
-				CID: "bafyreibaowdggfizbfrk2ypwue7e2mw5a3mjn665rxjs6gx7pd7oxfha3y", Record: record,
-			},
-		}
-	}
+	events := queuedPosts(n, record)
 	var sizes []int
 	runCtx, cancel := context.WithCancel(ctx)
 	in := &ingester{
