@@ -32,14 +32,13 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 	case now.Before(st.NextRetry):
 		return &notDueError{until: st.NextRetry, last: st.LastError}
 	}
-	run := feeds.SyncRun{Kind: kind, Subject: string(account), Collection: coll, Started: now}
+	run := feeds.SyncRun{Kind: kind, Subject: string(account), Collection: coll, Started: now, Outcome: "ok"}
 	// A follow listing is read to its end, past a short page, so that
 	// follows deleted upstream below the last full page are found too
 	// (pageSpan). A target listing stops at a short page: its depth is
 	// the newest posts, and older ones are not worth the request.
 	err = s.list(ctx, account, coll, maxRecords, kind == "follows", st, &run)
 	run.Duration = s.cfg.Now().Sub(run.Started)
-	run.Outcome = "ok"
 	if err != nil {
 		run.Outcome, run.Error = "error", err.Error()
 		if pds.KindOf(err) == pds.KindRepoGone {
@@ -165,6 +164,12 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		if res.NotViewer || res.NotFollowed {
 			// The account no longer reads a feed these follows build, or
 			// no viewer follows it any more.
+			return nil
+		}
+		if res.AccountDeleted {
+			// Deleted while listed, or before: nothing of it is stored,
+			// and its repo is gone, as its PDS would answer next.
+			run.Outcome, run.Error = "gone", "account deleted"
 			return nil
 		}
 		if res.Stale {

@@ -48,7 +48,8 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 		if wasActive {
 			return nil
 		}
-		if _, err := w.tx.ExecContext(w.ctx, `UPDATE actors SET active = 1 WHERE id = ?`, id); err != nil {
+		// A deleted account that comes back may be listed again.
+		if _, err := w.tx.ExecContext(w.ctx, `UPDATE actors SET active = 1, deleted = 0 WHERE id = ?`, id); err != nil {
 			return fmt.Errorf("mark active: %w", err)
 		}
 		w.res.Applied++
@@ -73,7 +74,9 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 }
 
 // deleteAccount deletes a deleted account's records and follows, burying
-// them (buryAccount), its feeds, listings, profile and handle.
+// them (buryAccount), its feeds, listings, profile and handle, and marks it
+// deleted, so that a listing of it still running stores none of them again
+// (ApplyListingPage, FailListing).
 func (w *txWriter) deleteAccount(id, timeUS int64) error {
 	if err := w.buryAccount(id, timeUS); err != nil {
 		return err
@@ -95,7 +98,7 @@ func (w *txWriter) deleteAccount(id, timeUS int64) error {
 		`DELETE FROM feed_items WHERE viewer_id = ?`,
 		`DELETE FROM follows WHERE actor_id = ?`,
 		`DELETE FROM listings WHERE actor_id = ?`,
-		`UPDATE actors SET handle = NULL WHERE id = ? AND handle IS NOT NULL`,
+		`UPDATE actors SET handle = NULL, deleted = 1 WHERE id = ?`,
 	} {
 		if _, err := w.tx.ExecContext(w.ctx, q, id); err != nil {
 			return fmt.Errorf("delete account data: %w", err)

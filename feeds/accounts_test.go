@@ -328,3 +328,64 @@ func TestReplayedCreatesOfADeletionsOwnBatchStayDeleted(t *testing.T) {
 		t.Errorf("deleted account's replayed records and follows stored: %d, want 0", n)
 	}
 }
+
+// A live follow of a deleted account wants its listing, but the listing
+// is not due while the account stays deleted: a page of it is not stored,
+// nor a failure (its PDS answers "Could not find repo"), so the retry loop
+// would otherwise fetch it again at every pass. Restored, it is due again.
+func TestADeletedAccountsListingIsNotDue(t *testing.T) {
+	s := openViewerMode(t)
+	ctx := context.Background()
+	register(t, s, "v1", "following")
+	register(t, s, "dave", "following") // known to the store, so its deletion applies
+	if _, err := s.ApplyBatch(ctx, &Batch{Accounts: []AccountStatus{{DID: did("dave"), Status: "deleted", TimeUS: 2}},
+		Cursor: StreamCursor{TimeUS: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, follow("v1", "dave", "f1", 3))
+	wanted, err := s.ReadListing(ctx, did("dave"), postNSID)
+	if err != nil || wanted.NextRetry.IsZero() {
+		t.Fatalf("setup: v1's follow did not want dave's listing: %+v, %v", wanted, err)
+	}
+
+	now := time.Unix(1<<33, 0)
+	at := Listing{Host: "https://pds.test", Round: 1, Page: 1, Cursor: "d1", Fetched: 1}
+	res, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("dave"), Collection: postNSID,
+		Records: listed("d1"), To: at, FetchedAt: now}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := at
+	failed.Attempts, failed.Gone, failed.LastError, failed.NextRetry = 1, true, "Could not find repo", now.Add(time.Minute)
+	if err := s.FailListing(ctx, did("dave"), postNSID, failed, now); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.ReadListing(ctx, did("dave"), postNSID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.AccountDeleted || res.Written != 0 || l != wanted {
+		t.Errorf("a page and a failure of deleted dave's listing: %+v, listing %+v; want nothing written, listing %+v", res, l, wanted)
+	}
+	if n := count(t, s, `SELECT count(*) FROM records`); n != 0 {
+		t.Errorf("%d records of deleted dave stored", n)
+	}
+	due, err := s.DueListings(ctx, now, 10, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(due) != 0 {
+		t.Errorf("due listings %v, want none while dave is deleted", due)
+	}
+
+	if _, err := s.ApplyBatch(ctx, &Batch{Accounts: []AccountStatus{{DID: did("dave"), Active: true, TimeUS: 4}},
+		Cursor: StreamCursor{TimeUS: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	if due, err = s.DueListings(ctx, now, 10, 10); err != nil {
+		t.Fatal(err)
+	}
+	if want := []ListingKey{{did("dave"), postNSID}}; !slices.Equal(due, want) {
+		t.Errorf("due listings after dave was restored: %v, want %v", due, want)
+	}
+}

@@ -89,6 +89,12 @@ type ListingResult struct {
 	// written and the listing stays open, so the account's next follower
 	// lists it afresh (leaveScopeIfUnfollowed).
 	NotFollowed bool
+	// AccountDeleted is set for a page of a deleted account (an account
+	// event deleted it, usually while the listing ran): nothing was
+	// written, neither records nor the listing state. The deletion removed
+	// them (deleteAccount), and the page's cursor would stand for rows no
+	// longer stored.
+	AccountDeleted bool
 	// Removed counts stored records (or follows) in the page's span that
 	// the page did not list, deleted as the PDS no longer has them.
 	Removed int
@@ -128,7 +134,8 @@ func (s *Store) ReadListing(ctx context.Context, account syntax.DID, collection 
 // shows is gone upstream, and stores the page's listing state in the same
 // transaction. If the stored state is already ahead, the rows are still
 // written (they are idempotent), the state is kept, and nothing is
-// deleted: the run that got further speaks for the span.
+// deleted: the run that got further speaks for the span. A page of a
+// deleted account writes nothing (AccountDeleted).
 func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.Time) (ListingResult, error) {
 	collID, ok := s.collectionID(p.Collection)
 	if !ok {
@@ -139,6 +146,9 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 	err := s.write(ctx, func(w *txWriter) error {
 		actorID, err := w.actorID(p.Account)
 		if err != nil {
+			return err
+		}
+		if res.AccountDeleted, err = w.accountDeleted(actorID); err != nil || res.AccountDeleted {
 			return err
 		}
 		if isFollow && !s.indexAll {
@@ -203,7 +213,10 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 // FailListing records a failed listing attempt without moving its cursor.
 // A failure of a run that fell behind the stored state (the listing was
 // reopened, or another run got further) is not recorded: writing back the
-// run's older position would move the cursor backwards.
+// run's older position would move the cursor backwards. Nor is one of a
+// deleted account (its PDS answers "Could not find repo" to the next
+// page): the run's position is past rows the deletion removed, and no
+// retry time is needed, as DueListings skips a deleted account's listing.
 func (s *Store) FailListing(ctx context.Context, account syntax.DID, collection syntax.NSID, l Listing, now time.Time) error {
 	collID, ok := s.collectionID(collection)
 	if !ok {
@@ -212,6 +225,9 @@ func (s *Store) FailListing(ctx context.Context, account syntax.DID, collection 
 	return s.write(ctx, func(w *txWriter) error {
 		actorID, err := w.actorID(account)
 		if err != nil {
+			return err
+		}
+		if deleted, err := w.accountDeleted(actorID); err != nil || deleted {
 			return err
 		}
 		cur, found, err := w.readListingState(actorID, collID)
@@ -225,6 +241,19 @@ func (s *Store) FailListing(ctx context.Context, account syntax.DID, collection 
 		l.LastError = truncate(l.LastError, 512)
 		return w.writeListingState(actorID, collID, l, now)
 	})
+}
+
+// accountDeleted reports whether an account event deleted the account
+// (deleteAccount). Read in the transaction that would write a listing's
+// page or failure, it orders that write after a deletion committed while
+// the listing ran, as the deletion's removal of the account's listings
+// and records does not reach a run that holds its position in memory.
+func (w *txWriter) accountDeleted(actorID int64) (bool, error) {
+	var deleted bool
+	if _, err := w.queryRow(w.s.stmts.actorDeleted, []any{actorID}, &deleted); err != nil {
+		return false, fmt.Errorf("read account deletion: %w", err)
+	}
+	return deleted, nil
 }
 
 func (w *txWriter) listFollow(actorID, collID int64, r *ListedRecord, listingRev string) (bool, error) {
@@ -479,8 +508,11 @@ type ListingKey struct {
 // read instead. Only listings someone still needs are due: of a collection
 // an enabled feed targets and, outside index_all mode, of an account a
 // viewer follows (one that left the scope is listed again by its next
-// follower's first read). The longest overdue come first, so a backlog
-// of due listings is worked through rather than the same ones retried.
+// follower's first read). A deleted account's listing is never due: its
+// pages are not stored (ApplyListingPage), so one a live follow wanted
+// would stay due, and be fetched again, at every retry. The longest
+// overdue come first, so a backlog of due listings is worked through
+// rather than the same ones retried.
 func (s *Store) DueListings(ctx context.Context, now time.Time, maxAttempts, limit int) ([]ListingKey, error) {
 	inScope := ``
 	if !s.indexAll {
@@ -490,7 +522,7 @@ func (s *Store) DueListings(ctx context.Context, now time.Time, maxAttempts, lim
 		SELECT a.did, c.nsid FROM listings l
 		JOIN actors a ON a.id = l.actor_id
 		JOIN collections c ON c.id = l.collection_id
-		WHERE l.complete = 0 AND l.gone = 0 AND l.attempts < ?
+		WHERE l.complete = 0 AND l.gone = 0 AND l.attempts < ? AND a.deleted = 0
 		AND l.next_retry_us > 0 AND l.next_retry_us <= ?
 		AND l.collection_id IN (SELECT collection_id FROM feed_targets WHERE enabled = 1)
 		AND l.collection_id NOT IN (SELECT follow_collection_id FROM feed_targets)

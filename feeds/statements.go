@@ -19,6 +19,7 @@ var writeSQL = struct {
 	merge, unmerge, unfeedRecord, unfeedAuthor            string
 	viewerOfFollows, viewerOfFeed, followedByAnyone       string
 	actorActive, actorStatus, listingByKey, wantListing   string
+	actorDeleted                                          string
 	insertField, deleteFields                             string
 }{
 	// insertField stores one extracted field value (fields_store.go); an
@@ -37,6 +38,9 @@ var writeSQL = struct {
 	// actorStatus: whether the actor is active, and the stream time of the
 	// last account event applied to it (schema 0010).
 	actorStatus: `SELECT active, status_us FROM actors WHERE id = ?`,
+	// actorDeleted: whether an account event deleted the actor (schema
+	// 0016); a listing stores nothing of a deleted account.
+	actorDeleted: `SELECT deleted FROM actors WHERE id = ?`,
 	// viewerOfFollows: is the actor a registered viewer of any feed built
 	// from this follow collection? Decides whether its follows are stored.
 	viewerOfFollows: `SELECT 1 FROM viewers v JOIN feed_targets t ON t.feed = v.feed
@@ -126,6 +130,7 @@ type statements struct {
 	merge, unmerge, unfeedRecord, unfeedAuthor            *sql.Stmt
 	viewerOfFollows, viewerOfFeed, followedByAnyone       *sql.Stmt
 	actorActive, actorStatus, listingByKey, wantListing   *sql.Stmt
+	actorDeleted                                          *sql.Stmt
 	insertField, deleteFields                             *sql.Stmt
 	fan                                                   *fanoutStatements // fanout.go
 }
@@ -148,7 +153,7 @@ func prepareStatements(ctx context.Context, db *sql.DB, audienceImplied bool) (*
 		{&st.merge, writeSQL.merge},
 		{&st.viewerOfFollows, writeSQL.viewerOfFollows}, {&st.viewerOfFeed, writeSQL.viewerOfFeed},
 		{&st.followedByAnyone, writeSQL.followedByAnyone}, {&st.actorActive, writeSQL.actorActive},
-		{&st.actorStatus, writeSQL.actorStatus},
+		{&st.actorStatus, writeSQL.actorStatus}, {&st.actorDeleted, writeSQL.actorDeleted},
 		{&st.listingByKey, writeSQL.listingByKey}, {&st.wantListing, writeSQL.wantListing},
 		{&st.unmerge, writeSQL.unmerge}, {&st.unfeedRecord, writeSQL.unfeedRecord},
 		{&st.unfeedAuthor, writeSQL.unfeedAuthor},

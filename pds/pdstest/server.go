@@ -148,6 +148,14 @@ func (s *Server) AddRecord(did syntax.DID, collection syntax.NSID, rkey syntax.R
 	return cid
 }
 
+// DeleteRepo removes did's repo, as a deleted account's PDS does: it is
+// then answered "Could not find repo".
+func (s *Server) DeleteRepo(did syntax.DID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.repos, did)
+}
+
 // DeleteRecord removes did/collection/rkey if present.
 func (s *Server) DeleteRecord(did syntax.DID, collection syntax.NSID, rkey syntax.RecordKey) {
 	s.mu.Lock()

@@ -1,0 +1,132 @@
+package backfill
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/feeds"
+)
+
+// atSecondPage runs f once, when the listing of who's collection asks
+// for its second page: after its first page was committed, before the
+// second is fetched and written.
+func (w *world) atSecondPage(who syntax.DID, coll syntax.NSID, f func()) {
+	var once sync.Once
+	w.gate.Store(func(r *http.Request) {
+		q := r.URL.Query()
+		if q.Get("repo") == string(who) && q.Get("collection") == string(coll) && q.Get("cursor") != "" {
+			once.Do(f)
+		}
+	})
+}
+
+// deleteAccount commits who's deletion, an account event as the stream
+// delivers it.
+func (w *world) deleteAccount(t *testing.T, who syntax.DID, timeUS int64) {
+	if _, err := w.store.ApplyBatch(context.Background(), &feeds.Batch{
+		Accounts: []feeds.AccountStatus{{DID: who, Status: "deleted", TimeUS: timeUS}},
+		Cursor:   feeds.StreamCursor{TimeUS: timeUS}}); err != nil {
+		t.Error(err)
+	}
+}
+
+// An account is deleted while a listing of its posts runs: the deletion
+// removes its records and its listing. The listing's next page, whether
+// the PDS still answered it (fetched before the PDS deleted the repo) or
+// answered "Could not find repo", must store neither again. The page used
+// to write its records and the listing state mid-round, as if the account
+// were there; the failure wrote the listing back at its cursor, a cursor
+// past rows no longer stored (found by a review).
+func TestAListingOfAnAccountDeletedWhileItRunsStoresNothingMore(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		pdsDeletes bool
+	}{
+		{"the PDS still answers the next page", false},
+		{"the PDS has deleted the repo", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, Config{Depth: 150})
+			ctx := context.Background()
+			v, x := w.account("v"), w.account("x")
+			w.follow(v, x, 1)
+			for i := range 150 {
+				w.post(x, 10+i)
+			}
+			w.atSecondPage(x, postNSID, func() {
+				w.deleteAccount(t, x, 5)
+				if tc.pdsDeletes {
+					w.pds.DeleteRepo(x)
+				}
+			})
+			if err := w.svc.Ensure(ctx, v, "following", "c"); err != nil {
+				t.Fatal(err)
+			}
+			if got := w.pds.Requests(x, postNSID); got != 2 {
+				t.Fatalf("setup: x's posts were asked for %d times, want 2 pages", got)
+			}
+			st, err := w.store.ReadListing(ctx, x, postNSID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := w.store.Counts(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st != (feeds.Listing{}) || c.Targets != 0 {
+				t.Errorf("after x's deletion its listing stored %d of its posts again, and its listing %+v; want neither",
+					c.Targets, st)
+			}
+			// Operators see the run end as one whose repo is gone.
+			runs, err := w.store.RecentSyncRuns(ctx, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range runs {
+				if r.Subject == string(x) && r.Outcome != "gone" {
+					t.Errorf("x's listing run ended %q (%s), want gone", r.Outcome, r.Error)
+				}
+			}
+		})
+	}
+}
+
+// A viewer deletes its account while its first read lists its follows.
+// The follow listing's next page must not store the deleted account's
+// follows again: they used to come back with the listing, put their
+// accounts in scope, and the first read went on to list those accounts
+// and build the deleted account a feed.
+func TestAFollowListingOfAViewerDeletedWhileItRunsStoresNothingMore(t *testing.T) {
+	w := newWorld(t, Config{})
+	ctx := context.Background()
+	v := w.account("v")
+	for i := range 150 {
+		a := w.account(fmt.Sprint("a", i))
+		w.follow(v, a, i)
+		w.post(a, 1000+i)
+	}
+	w.atSecondPage(v, followNSID, func() { w.deleteAccount(t, v, 5) })
+	if err := w.svc.Ensure(ctx, v, "following", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.pds.Requests(v, followNSID); got < 2 {
+		t.Fatalf("setup: v's follows were asked for %d times, want 2 pages at least", got)
+	}
+	st, err := w.store.ReadListing(ctx, v, followNSID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.store.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if feed := w.page(t, v, 200); st != (feeds.Listing{}) || c.Follows != 0 || len(feed) != 0 {
+		t.Errorf("after v's deletion its follow listing stored %d follows again, its listing %+v, and a feed of %d posts; want none",
+			c.Follows, st, len(feed))
+	}
+}
