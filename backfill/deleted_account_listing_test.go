@@ -78,7 +78,7 @@ func TestAListingOfAnAccountDeletedWhileItRunsStoresNothingMore(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st != (feeds.Listing{}) || c.Targets != 0 {
+			if st != (feeds.Listing{AccountDeleted: true}) || c.Targets != 0 {
 				t.Errorf("after x's deletion its listing stored %d of its posts again, and its listing %+v; want neither",
 					c.Targets, st)
 			}
@@ -125,8 +125,37 @@ func TestAFollowListingOfAViewerDeletedWhileItRunsStoresNothingMore(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	if feed := w.page(t, v, 200); st != (feeds.Listing{}) || c.Follows != 0 || len(feed) != 0 {
+	if feed := w.page(t, v, 200); st != (feeds.Listing{AccountDeleted: true}) || c.Follows != 0 || len(feed) != 0 {
 		t.Errorf("after v's deletion its follow listing stored %d follows again, its listing %+v, and a feed of %d posts; want none",
 			c.Follows, st, len(feed))
+	}
+}
+
+// A deleted account's listing stores nothing (ApplyListingPage,
+// FailListing), so nothing stored says it is gone: each first read of a
+// viewer who follows it asked its PDS again (found by a review). The
+// stored deletion says it.
+func TestADeletedAccountIsNotListedAgainByFirstReads(t *testing.T) {
+	w := newWorld(t, Config{})
+	ctx := context.Background()
+	x := w.account("x")
+	w.post(x, 10)
+	v0 := w.account("v0")
+	w.follow(v0, x, 1)
+	if err := w.svc.Ensure(ctx, v0, "following", "c"); err != nil {
+		t.Fatal(err)
+	}
+	w.deleteAccount(t, x, 5)
+	w.pds.DeleteRepo(x)
+	before := w.pds.Requests(x, postNSID)
+	for i := range 5 {
+		v := w.account(fmt.Sprint("v", i+1))
+		w.follow(v, x, 1)
+		if err := w.svc.Ensure(ctx, v, "following", "c"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := w.pds.Requests(x, postNSID) - before; got != 0 {
+		t.Errorf("deleted x's listing fetched %d times by 5 first reads, want none", got)
 	}
 }

@@ -25,7 +25,7 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 	}
 	now := s.cfg.Now()
 	switch {
-	case st.Complete:
+	case st.Complete, st.AccountDeleted:
 		return nil
 	case st.Attempts >= s.cfg.MaxAttempts:
 		return fmt.Errorf("gave up after %d attempts: %s", st.Attempts, st.LastError)

@@ -35,6 +35,10 @@ type Listing struct {
 	Attempts  int
 	LastError string
 	NextRetry time.Time
+	// AccountDeleted, set by ReadListing only, says an account event
+	// deleted the account: there is nothing to list, and a listing would
+	// store nothing (ApplyListingPage).
+	AccountDeleted bool
 }
 
 // Ahead reports whether l is a later position than o.
@@ -113,11 +117,15 @@ func (s *Store) ReadListing(ctx context.Context, account syntax.DID, collection 
 	}
 	var l Listing
 	var nextUS int64
+	// From the account, so that a deleted one, whose listings the deletion
+	// removed, still says so.
 	err := s.reader.QueryRowContext(ctx, `
-		SELECT l.host, l.round, l.page, l.cursor, l.low_rkey, l.fetched, l.complete, l.gone, l.attempts, l.last_error, l.next_retry_us
-		FROM listings l JOIN actors a ON a.id = l.actor_id
-		WHERE a.did = ? AND l.collection_id = ?`, string(account), collID).
-		Scan(&l.Host, &l.Round, &l.Page, &l.Cursor, &l.LowKey, &l.Fetched, &l.Complete, &l.Gone, &l.Attempts, &l.LastError, &nextUS)
+		SELECT a.deleted, coalesce(l.host, ''), coalesce(l.round, 0), coalesce(l.page, 0), coalesce(l.cursor, ''),
+			coalesce(l.low_rkey, ''), coalesce(l.fetched, 0), coalesce(l.complete, 0), coalesce(l.gone, 0),
+			coalesce(l.attempts, 0), coalesce(l.last_error, ''), coalesce(l.next_retry_us, 0)
+		FROM actors a LEFT JOIN listings l ON l.actor_id = a.id AND l.collection_id = ?2
+		WHERE a.did = ?1`, string(account), collID).
+		Scan(&l.AccountDeleted, &l.Host, &l.Round, &l.Page, &l.Cursor, &l.LowKey, &l.Fetched, &l.Complete, &l.Gone, &l.Attempts, &l.LastError, &nextUS)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Listing{}, nil
 	}
