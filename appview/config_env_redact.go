@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"reflect"
 	"strconv"
 	"strings"
@@ -114,17 +113,24 @@ func redactedNode(v reflect.Value, secret bool) (*yaml.Node, error) {
 
 // redactUserinfo replaces the user information of a URL (a password, or
 // a token given as the user name) with Redacted; any other string is
-// returned as it is.
+// returned as it is. It reads the authority by hand rather than with
+// url.Parse, so a URL that does not parse (a bad escape in the password)
+// is redacted too.
 func redactUserinfo(s string) string {
-	if !strings.Contains(s, "@") || !strings.Contains(s, "://") {
+	scheme := strings.Index(s, "://")
+	if scheme < 0 {
 		return s
 	}
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	rest := s[scheme+len("://"):]
+	authority := rest
+	if end := strings.IndexAny(rest, "/?#"); end >= 0 {
+		authority = rest[:end]
+	}
+	at := strings.LastIndex(authority, "@")
+	if at < 0 {
 		return s
 	}
-	u.User = url.User(Redacted)
-	return u.String()
+	return s[:scheme+len("://")] + Redacted + rest[at:]
 }
 
 func scalarNode(s string) (*yaml.Node, error) {

@@ -111,12 +111,13 @@ func TestConfigLogValue(t *testing.T) {
 	}
 }
 
-// A URL's userinfo is a credential however the field is tagged: a
-// Jetstream behind a proxy that wants basic auth, a token as user name.
+// A URL's userinfo is a credential however the field is tagged: a PLC
+// directory or handle resolver behind basic auth, a token as user name.
 // Printed and logged configs show the rest of the URL.
 func TestURLCredentialsAreRedacted(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Jetstream.URLs = []string{"wss://bob:hunter2@js.example.com/subscribe", "wss://t0ken@js2.example.com/subscribe", "wss://js3.example.com/subscribe"}
+	cfg.Identity.PLCURL = "https://bob:hunter2@plc.example.com"
+	cfg.Identity.HandleResolverURL = "https://t0ken@resolver.example.com/resolve"
 	out, err := cfg.MarshalRedactedYAML()
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +130,7 @@ func TestURLCredentialsAreRedacted(t *testing.T) {
 				t.Errorf("shown %q:\n%s", leak, shown)
 			}
 		}
-		for _, want := range []string{"js.example.com/subscribe", "js2.example.com/subscribe", "wss://js3.example.com/subscribe"} {
+		for _, want := range []string{"plc.example.com", "resolver.example.com/resolve"} {
 			if !strings.Contains(shown, want) {
 				t.Errorf("lacks %q:\n%s", want, shown)
 			}
@@ -139,7 +140,38 @@ func TestURLCredentialsAreRedacted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("printed config does not parse: %v\n%s", err, out)
 	}
-	if got := back.Jetstream.URLs[0]; got != "wss://"+Redacted+"@js.example.com/subscribe" {
+	if got := back.Identity.PLCURL; got != "https://"+Redacted+"@plc.example.com" {
 		t.Errorf("printed URL reads back as %q", got)
+	}
+	// A URL that does not parse is redacted all the same (found by a
+	// review: the first version used url.Parse and printed these whole).
+	for _, raw := range []string{
+		"wss://bob:50%off@js.example.com/subscribe",
+		"wss://bob:hunter2@js.example.com:port/subscribe",
+		"https://bob:hunter2@host/p@th?q=a@b",
+	} {
+		if got := redactUserinfo(raw); strings.Contains(got, "bob") || strings.Contains(got, "hunter2") || strings.Contains(got, "50%off") {
+			t.Errorf("redactUserinfo(%q) = %q", raw, got)
+		}
+	}
+}
+
+// A Jetstream URL with user information is refused (the websocket dialer
+// would refuse it at every connect, and the daemon logs its Jetstream
+// URLs), and the refusal does not print the credential either.
+func TestJetstreamURLsCarryNoCredentials(t *testing.T) {
+	for _, raw := range []string{"wss://bob:hunter2@js.example.com/subscribe", "wss://bob:50%off@js.example.com/subscribe", "wss://t0ken@js.example.com/subscribe"} {
+		cfg := DefaultConfig()
+		cfg.Jetstream.URLs = []string{raw}
+		err := cfg.Validate()
+		if err == nil {
+			t.Errorf("%q accepted", raw)
+			continue
+		}
+		for _, leak := range []string{"hunter2", "50%off", "t0ken"} {
+			if strings.Contains(err.Error(), leak) {
+				t.Errorf("the refusal of %q prints %q: %v", raw, leak, err)
+			}
+		}
 	}
 }

@@ -179,13 +179,21 @@ func checkCollection(raw string) error {
 }
 
 // checkJetstreamURL accepts an absolute ws:// or wss:// URL without query
-// or fragment: the consumer sets the query parameters itself.
+// or fragment (the consumer sets the query parameters itself) or user
+// information (the websocket dialer refuses it, and the daemon logs and
+// shows its Jetstream URLs). Its messages never print user information.
 func checkJetstreamURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("invalid URL: %w", err)
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err // without the URL, which may hold a password
+		}
+		return fmt.Errorf("invalid URL %q: %w", redactUserinfo(raw), err)
 	}
 	switch {
+	case u.User != nil:
+		return fmt.Errorf("URL %q: must not carry user information (a password or token): the websocket dialer refuses it", redactUserinfo(raw))
 	case u.Scheme != "ws" && u.Scheme != "wss":
 		return fmt.Errorf("URL %q: scheme must be ws or wss", raw)
 	case u.Host == "":
