@@ -103,8 +103,11 @@ type Store struct {
 	// that could not complete is not tried again (boundWAL; writer state,
 	// under writeMu).
 	walRetryFrames int64
-	log            *slog.Logger
-	metrics        *Metrics
+	// walEmptied is the WAL generation the last completed RESTART emptied
+	// (boundWAL; writer state, under writeMu).
+	walEmptied walGeneration
+	log        *slog.Logger
+	metrics    *Metrics
 
 	lanes         []lane
 	laneByKey     map[laneKey]*lane

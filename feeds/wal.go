@@ -33,23 +33,31 @@ const walRestartFactor = 2
 // restartBusyMS bounds a RESTART checkpoint's wait for readers.
 const restartBusyMS = 250
 
-// boundWAL restarts the WAL when it holds more than its threshold. The
+// boundWAL restarts the WAL when it holds at least its threshold. The
 // caller holds writeMu and no transaction is open.
 //
 // What the WAL holds is counted in frames of the current generation, not
 // read off the file's size: journal_size_limit leaves a rewound file at
 // the threshold's size however little it holds, so the size would ask for
 // a RESTART at every commit after the first
-// (TestARewoundWALIsNotRestartedAtEveryCommit).
+// (TestARewoundWALIsNotRestartedAtEveryCommit). The generation a RESTART
+// emptied stays in the file, header and all, until the next commit that
+// writes a page starts the WAL over; until then it holds nothing
+// (TestACommitThatWritesNothingAfterARestartRestartsNothing). Frames a
+// rolled-back transaction spilled past the last commit carry the
+// generation's salts too and are counted, until overwritten: at worst one
+// RESTART early.
 func (s *Store) boundWAL(ctx context.Context) {
 	threshold := int64(walRestartFactor * s.walPages)
 	frames := max(threshold, s.walRetryFrames)
-	if full, err := walHolds(s.path+"-wal", frames); err != nil || !full {
+	full, gen, err := walHolds(s.path+"-wal", frames)
+	if err != nil || !full || gen == s.walEmptied {
 		if s.walRetryFrames > 0 && err == nil {
 			// Once the WAL has rewound (the automatic checkpoint found
 			// no reader in the way) a RESTART is due at the threshold
-			// again, not at the length the failed one left.
-			if over, err := walHolds(s.path+"-wal", threshold); err == nil && !over {
+			// again, not at the length the failed one left
+			// (TestAFailedRestartsBackOffEndsWhenTheWALRewinds).
+			if over, _, err := walHolds(s.path+"-wal", threshold); err == nil && !over {
 				s.walRetryFrames = 0
 			}
 		}
@@ -61,7 +69,7 @@ func (s *Store) boundWAL(ctx context.Context) {
 	// timeout in place. restartBusyMS bounds the wait anyway.
 	ctx = context.WithoutCancel(ctx)
 	var busy, logged, copied int
-	_, err := s.writer.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, restartBusyMS))
+	_, err = s.writer.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, restartBusyMS))
 	if err == nil {
 		err = s.writer.QueryRowContext(ctx, `PRAGMA wal_checkpoint(RESTART)`).Scan(&busy, &logged, &copied)
 		if _, rerr := s.writer.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, busyTimeoutMS)); err == nil {
@@ -75,41 +83,45 @@ func (s *Store) boundWAL(ctx context.Context) {
 		return
 	}
 	s.walRetryFrames = 0
+	s.walEmptied = gen
 	s.metrics.walRestarted()
 }
 
+// walGeneration names one generation of a WAL: the salts its header and
+// every frame written in it carry. A rewind changes them.
+type walGeneration [8]byte
+
 // walHolds says whether the WAL file at path holds at least n frames
-// written since it last rewound. A rewind writes a new header with new
-// salts, and every frame written after it carries them, so the n-th frame
-// belongs to the current generation exactly when its salts match the
-// header's (https://www.sqlite.org/fileformat.html#the_write_ahead_log).
-// A missing or short file holds fewer.
-func walHolds(path string, n int64) (bool, error) {
-	if n <= 0 {
-		return true, nil
-	}
+// written since it last rewound, and which generation that is. A rewind
+// writes a new header with new salts, and every frame written after it
+// carries them, so the n-th frame belongs to the current generation
+// exactly when its salts match the header's
+// (https://www.sqlite.org/fileformat.html#the_write_ahead_log). A missing
+// or short file holds fewer.
+func walHolds(path string, n int64) (held bool, gen walGeneration, err error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+		return false, gen, nil
 	}
 	if err != nil {
-		return false, err
+		return false, gen, err
 	}
 	defer f.Close()
 	var header [walHeaderSize]byte
 	if _, err := f.ReadAt(header[:], 0); err != nil {
-		return false, nil // not yet written: empty
+		return false, gen, nil // not yet written: empty
+	}
+	copy(gen[:], header[16:24])
+	if n <= 0 {
+		return true, gen, nil
 	}
 	pageSize := int64(binary.BigEndian.Uint32(header[8:12]))
-	if pageSize == 1 { // the format's spelling of 65536
-		pageSize = 65536
-	}
 	var frame [walFrameHeaderSize]byte
 	at := walHeaderSize + (n-1)*(walFrameHeaderSize+pageSize)
 	if _, err := f.ReadAt(frame[:], at); err != nil {
-		return false, nil // the file ends before it
+		return false, gen, nil // the file ends before it
 	}
-	return bytes.Equal(frame[8:16], header[16:24]), nil
+	return bytes.Equal(frame[8:16], gen[:]), gen, nil
 }
 
 // The WAL's header and each frame's header, in bytes.

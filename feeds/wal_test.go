@@ -141,7 +141,7 @@ func TestARewoundWALIsNotRestartedAtEveryCommit(t *testing.T) {
 func TestWALHoldsCountsTheCurrentGeneration(t *testing.T) {
 	path := t.TempDir() + "/appview.db"
 	s := mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds, IndexAll: true, WALPages: 16})
-	if ok, err := walHolds(t.TempDir()+"/missing-wal", 1); ok || err != nil {
+	if ok, _, err := walHolds(t.TempDir()+"/missing-wal", 1); ok || err != nil {
 		t.Fatalf("a missing WAL holds a frame: %v, %v", ok, err)
 	}
 	apply(t, s, follow("v", "alice", "f", 1))
@@ -157,7 +157,7 @@ func TestWALHoldsCountsTheCurrentGeneration(t *testing.T) {
 		var k int64
 		for ok := true; ok; {
 			k++
-			if ok, err = walHolds(path+"-wal", k); err != nil {
+			if ok, _, err = walHolds(path+"-wal", k); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -183,5 +183,72 @@ func TestWALHoldsCountsTheCurrentGeneration(t *testing.T) {
 	apply(t, s, post("alice", "after", 100))
 	if got := held(); got == 0 || got >= inFile {
 		t.Fatalf("after the rewind walHolds counts %d frames, want a commit's few (the file had %d)", got, inFile)
+	}
+}
+
+// After a RESTART, the generation it emptied stays in the file until a
+// commit writes a page; a write transaction that writes none (a listing
+// failure of a deleted account) found it "held" and ran, and counted,
+// another RESTART (found by a review).
+func TestACommitThatWritesNothingAfterARestartRestartsNothing(t *testing.T) {
+	const walPages = 16
+	m := NewMetrics(prometheus.NewRegistry())
+	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: defaultFeeds, IndexAll: true, WALPages: walPages, Metrics: m})
+	ctx := context.Background()
+	apply(t, s, post("dave", "d0", 1))
+	if _, err := s.ApplyBatch(ctx, &Batch{Accounts: []AccountStatus{{DID: did("dave"), Status: "deleted", TimeUS: 2}},
+		Cursor: StreamCursor{TimeUS: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	var big []Change
+	for i := range 3000 {
+		big = append(big, post(fmt.Sprintf("a%d", i), "big", 5))
+	}
+	apply(t, s, big...)
+	before := testutil.ToFloat64(m.walRestarts)
+	if before < 1 {
+		t.Fatalf("no RESTART after a commit of over %d pages", 2*walPages)
+	}
+	now := time.Unix(1<<33, 0)
+	for range 3 {
+		if err := s.FailListing(ctx, did("dave"), postNSID, Listing{Attempts: 1, LastError: "x", NextRetry: now}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := testutil.ToFloat64(m.walRestarts) - before; got > 0 {
+		t.Errorf("%v RESTART checkpoints run by 3 write transactions that wrote nothing, want 0", got)
+	}
+}
+
+// A RESTART that lost to a reader is tried again only after a further
+// threshold of growth; once the WAL has rewound (the reader gone, the
+// automatic checkpoint done), the next is due at the threshold again, not
+// at the length the failed one left.
+func TestAFailedRestartsBackOffEndsWhenTheWALRewinds(t *testing.T) {
+	const walPages = 16
+	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: defaultFeeds, IndexAll: true, WALPages: walPages})
+	apply(t, s, follow("v", "alice", "f", 1))
+	tx, err := s.reader.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := tx.QueryRow(`SELECT count(*) FROM records`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for ; s.walRetryFrames == 0; i++ {
+		if i == 200 {
+			t.Fatal("no RESTART tried in 200 commits behind a reader")
+		}
+		apply(t, s, post("alice", fmt.Sprintf("p%d", i), int64(10+i)))
+	}
+	tx.Rollback()
+	for range 10 {
+		apply(t, s, post("alice", fmt.Sprintf("p%d", i), int64(10+i)))
+		i++
+	}
+	if s.walRetryFrames != 0 {
+		t.Errorf("after the WAL rewound the next RESTART is due at %d frames, want the threshold (%d)", s.walRetryFrames, walRestartFactor*walPages)
 	}
 }
