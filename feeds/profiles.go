@@ -45,6 +45,15 @@ func (w *txWriter) applyProfile(c *Change) error {
 	if err != nil || !inScope {
 		return err
 	}
+	// A deleted account keeps no profile: a change that reaches it now is
+	// from before the deletion (a reconnect's replay), as a reactivation
+	// would have cleared the mark first.
+	if deleted, err := w.accountDeleted(id); err != nil || deleted {
+		if deleted {
+			w.res.Duplicates++
+		}
+		return err
+	}
 	var stored string
 	err = w.tx.QueryRowContext(w.ctx, `SELECT rev FROM profiles WHERE actor_id = ?`, id).Scan(&stored)
 	switch {

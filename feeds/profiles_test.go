@@ -463,3 +463,30 @@ func TestAnAccountDeletionForgetsItsHandle(t *testing.T) {
 		t.Fatalf("the deletion kept carol's handle: %+v", p)
 	}
 }
+
+// A deleted account keeps no profile: a replayed profile change from
+// before its deletion (a reconnect's rewind) stored the row again. Once
+// the account comes back, its changes are kept as before.
+func TestAReplayedProfileChangeOfADeletedAccountIsNotStored(t *testing.T) {
+	s := profileStore(t)
+	ctx := context.Background()
+	apply(t, s, profileChange("carol", OpCreate, 20, "Carol"))
+	if _, err := s.ApplyBatch(ctx, &Batch{Cursor: StreamCursor{TimeUS: 30},
+		Accounts: []AccountStatus{{DID: did("carol"), Active: false, Status: "deleted", TimeUS: 30}}}); err != nil {
+		t.Fatal(err)
+	}
+	if res := apply(t, s, profileChange("carol", OpUpdate, 25, "Carol again")); res.Duplicates != 1 {
+		t.Errorf("a replayed change of deleted carol's profile: %+v", res)
+	}
+	if p := readProfile(t, s, "carol"); p.Known {
+		t.Fatalf("deleted carol has a profile again: %+v", p)
+	}
+	if _, err := s.ApplyBatch(ctx, &Batch{Cursor: StreamCursor{TimeUS: 40},
+		Accounts: []AccountStatus{{DID: did("carol"), Active: true, TimeUS: 40}}}); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, profileChange("carol", OpCreate, 50, "Carol is back"))
+	if p := readProfile(t, s, "carol"); p.Fields.DisplayName != "Carol is back" {
+		t.Fatalf("after the reactivation carol = %+v", p)
+	}
+}
