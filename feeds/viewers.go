@@ -76,6 +76,11 @@ func readViewerStatus(ctx context.Context, tx *sql.Tx, actorID int64, feed strin
 	return st, nil
 }
 
+// readViewerSQL is FreshViewer's query, prepared on the read pool.
+const readViewerSQL = `
+	SELECT v.state, v.last_read_us FROM viewers v JOIN actors a ON a.id = v.actor_id
+	WHERE a.did = ? AND v.feed = ?`
+
 // FreshViewer reports, from the read pool and without waiting for the
 // writer, whether the viewer's first read of the feed is complete and its
 // last read was stored less than lastReadResolution before now: then a
@@ -83,10 +88,6 @@ func readViewerStatus(ctx context.Context, tx *sql.Tx, actorID int64, feed strin
 // lastRead plus lastReadResolution. A process that has just started
 // knows no viewer yet, and without this every viewer's next read would
 // queue a write transaction behind the ingest batches.
-const readViewerSQL = `
-	SELECT v.state, v.last_read_us FROM viewers v JOIN actors a ON a.id = v.actor_id
-	WHERE a.did = ? AND v.feed = ?`
-
 func (s *Store) FreshViewer(ctx context.Context, viewer syntax.DID, feed string, now time.Time) (lastRead time.Time, fresh bool, err error) {
 	var state string
 	var lastUS int64
