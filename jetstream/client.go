@@ -52,6 +52,13 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait between dials; default
 	// 250ms and 30s.
 	MinBackoff, MaxBackoff time.Duration
+	// StallTimeout is how long a session waits for room in the caller's
+	// queue (out, QueueBytes) before it steps away: it closes its
+	// connection, waits for room without one, and resumes from the newest
+	// event it handed over. A session waiting does not read, so it answers
+	// no ping, and Jetstream drops a client that leaves one unanswered for
+	// 5 s. Default 3 s; negative never steps away.
+	StallTimeout time.Duration
 	// UserAgent, if set, is sent with the websocket handshake.
 	UserAgent string
 	// OnSessionEnd, when set, is told how every session that connected
@@ -205,6 +212,9 @@ func NewClient(cfg Config, dec *Decoder, logger *slog.Logger, m *Metrics) *Clien
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = defaultReadTimeout
 	}
+	if cfg.StallTimeout == 0 {
+		cfg.StallTimeout = defaultStallTimeout
+	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = defaultMinBackoff
 	}
@@ -272,8 +282,10 @@ func (c *Client) Consumed(ev *Event) {
 // resume is called before every dial and must return the last position
 // the caller has committed durably, so that nothing after it is lost
 // however the connection ends. out is the backpressure: Run blocks on it
-// (until ctx ends) rather than buffering. Run does not close out. Run a
-// Client once at a time.
+// (until ctx ends) rather than buffering; a session that has made progress
+// waits on it for at most Config.StallTimeout, then closes its connection
+// and waits without one (handOver). Run does not close out. Run a Client
+// once at a time.
 func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Event) error {
 	if len(c.cfg.URLs) == 0 {
 		return errors.New("jetstream config: no urls")
@@ -310,6 +322,17 @@ func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Eve
 		}
 		if errors.Is(err, errRestart) {
 			c.logger.Info("reconnecting from a reset cursor", "host", url)
+			continue
+		}
+		if errors.Is(err, errSteppedAway) {
+			// Not the host's fault, and no backoff: redial as soon as the
+			// caller has room, from the newest event handed over.
+			c.m.steppedAway()
+			attempt, stalled = 0, 0
+			c.logger.Debug("stepped away while the queue was full", "host", url, "delivered", res.delivered)
+			if !c.waitForRoom(ctx, &res.pending, gen, out) && ctx.Err() != nil {
+				return nil
+			}
 			continue
 		}
 		switch {

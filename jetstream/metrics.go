@@ -20,6 +20,7 @@ type Metrics struct {
 	received   *prometheus.CounterVec
 	dropped    *prometheus.CounterVec
 	reconnects prometheus.Counter
+	stepAways  prometheus.Counter
 	dialErrors prometheus.Counter
 	connected  prometheus.Gauge
 	bytes      prometheus.Counter
@@ -49,6 +50,10 @@ func NewMetrics(reg prometheus.Registerer, collections []string) *Metrics {
 			Namespace: ns, Subsystem: sub, Name: "reconnects_total",
 			Help: "Redials after a session ended or a dial failed.",
 		}),
+		stepAways: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "step_aways_total",
+			Help: "Sessions the client closed itself because the consumer's queue stayed full (a long catch-up batch); it redials once there is room.",
+		}),
 		dialErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "dial_errors_total",
 			Help: "Websocket dials that failed or were refused.",
@@ -70,7 +75,7 @@ func NewMetrics(reg prometheus.Registerer, collections []string) *Metrics {
 			m.exact[c] = struct{}{}
 		}
 	}
-	reg.MustRegister(m.received, m.dropped, m.reconnects, m.dialErrors, m.connected, m.bytes)
+	reg.MustRegister(m.received, m.dropped, m.reconnects, m.stepAways, m.dialErrors, m.connected, m.bytes)
 
 	// Create the expected series up front so dashboards see zeros rather
 	// than gaps before the first event.
@@ -123,6 +128,13 @@ func (m *Metrics) reconnect() {
 		return
 	}
 	m.reconnects.Inc()
+}
+
+func (m *Metrics) steppedAway() {
+	if m == nil {
+		return
+	}
+	m.stepAways.Inc()
 }
 
 func (m *Metrics) dialError() {

@@ -48,6 +48,10 @@ type sessionResult struct {
 	progressed bool
 	// minUS and maxUS are the oldest and newest time_us delivered.
 	minUS, maxUS int64
+	// pending is the event a session that stepped away (errSteppedAway)
+	// read and could not hand over.
+	pending    Event
+	hasPending bool
 }
 
 // session runs one connection to host, resuming from pos less rewind, and
@@ -174,38 +178,38 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 
 		ev.Host = host
 		ev.Session = id
-		var size int64
-		if c.queued != nil {
-			// Waits while the caller's queue holds QueueBytes; like a
-			// full queue, that stops reading.
-			size = c.queuedSize(&ev)
-			if err := c.queued.Acquire(ctx, size); err != nil {
-				return res, nil
-			}
+		// Only a session that has made progress steps away: one still in
+		// its replay keeps waiting, so every session moves the stream on.
+		stall := time.Duration(0)
+		if res.progressed {
+			stall = c.cfg.StallTimeout
 		}
-		select {
-		case out <- ev:
-			res.delivered++
-			if ev.TimeUS > pos.TimeUS || (bySeq && ev.Seq > pos.Seq) {
-				res.progressed = true
-			}
-			if res.delivered == 1 || ev.TimeUS < res.minUS {
-				res.minUS = ev.TimeUS
-			}
-			res.maxUS = max(res.maxUS, ev.TimeUS)
-			if ev.Kind != KindSkipped {
-				report.Delivered++
-			}
-			report.EndTimeUS = max(report.EndTimeUS, ev.TimeUS)
-			c.handedOver(&ev, gen)
-		case <-ctx.Done():
-			c.unqueue(size)
+		ok, err := c.handOver(ctx, &ev, out, restarted, stall)
+		switch {
+		case errors.Is(err, errSteppedAway):
+			stepAway(conn)
+			res.pending, res.hasPending = ev, true
+			endErr = err
+			return res, err
+		case err != nil:
+			endErr = err
+			return res, err
+		case !ok:
 			return res, nil
-		case <-restarted:
-			c.unqueue(size)
-			endErr = errRestart
-			return res, errRestart
 		}
+		res.delivered++
+		if ev.TimeUS > pos.TimeUS || (bySeq && ev.Seq > pos.Seq) {
+			res.progressed = true
+		}
+		if res.delivered == 1 || ev.TimeUS < res.minUS {
+			res.minUS = ev.TimeUS
+		}
+		res.maxUS = max(res.maxUS, ev.TimeUS)
+		if ev.Kind != KindSkipped {
+			report.Delivered++
+		}
+		report.EndTimeUS = max(report.EndTimeUS, ev.TimeUS)
+		c.handedOver(&ev, gen)
 	}
 }
 
