@@ -50,7 +50,13 @@ type Server struct {
 	// reconnecting client continues where the source stands.
 	serving sync.Mutex
 
+	// rewind keeps the frames sent last, for a client that reconnects
+	// with a cursor; only the serving connection uses it.
+	rewind *rewindLog
+
 	sent        atomic.Int64
+	replayed    atomic.Int64
+	gaps        atomic.Int64
 	connections atomic.Int64
 	compressed  atomic.Bool
 }
@@ -60,13 +66,19 @@ func NewServer(src Source, logger *slog.Logger) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	rewind, err := newRewindLog("", rewindBytes, rewindFrames)
+	if err != nil {
+		return nil, err
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		rewind.close()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		src:      src,
+		rewind:   rewind,
 		log:      logger.With("component", "replay"),
 		listener: l,
 		ctx:      ctx,
@@ -83,6 +95,7 @@ func NewServer(src Source, logger *slog.Logger) (*Server, error) {
 	}
 	go func() {
 		defer close(s.done)
+		defer s.rewind.close()
 		if err := s.http.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("serve", "err", err)
 		}
@@ -95,6 +108,15 @@ func (s *Server) URL() string { return "ws://" + s.listener.Addr().String() + "/
 
 // Sent is how many frames have been written to subscribers.
 func (s *Server) Sent() int64 { return s.sent.Load() }
+
+// Replayed is how many frames were sent again to a client that
+// reconnected with a cursor.
+func (s *Server) Replayed() int64 { return s.replayed.Load() }
+
+// Gaps is how many reconnects asked for a cursor older than the frames
+// the server still kept: frames at or after it were lost to that client,
+// and a benchmark's figures are not valid.
+func (s *Server) Gaps() int64 { return s.gaps.Load() }
 
 // Connections is how many subscriptions have been accepted.
 func (s *Server) Connections() int64 { return s.connections.Load() }
@@ -116,8 +138,9 @@ func (s *Server) subscribe(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	// A time_us cursor (≥ 1e15) skips older frames, as a replay from that
-	// time would; anything else plays from where the source stands.
+	// A time_us cursor (≥ 1e15) replays the frames sent since that time
+	// (rewindLog) and skips older ones; anything else plays from where the
+	// source stands.
 	var cursor int64
 	if c, err := strconv.ParseInt(r.URL.Query().Get("cursor"), 10, 64); err == nil && c >= 1e15 {
 		cursor = c
@@ -156,6 +179,12 @@ func (s *Server) subscribe(w http.ResponseWriter, r *http.Request) {
 
 	s.serving.Lock()
 	defer s.serving.Unlock()
+	if cursor > 0 {
+		if err := s.replay(conn, cursor); err != nil {
+			s.log.Warn("subscriber gone during its replay", "err", err)
+			return
+		}
+	}
 	for {
 		f, err := s.src.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -171,10 +200,45 @@ func (s *Server) subscribe(w http.ResponseWriter, r *http.Request) {
 		if f.TimeUS < cursor {
 			continue
 		}
+		if err := s.rewind.add(f); err != nil {
+			s.log.Error("keep frame", "err", err)
+			return
+		}
 		if err := conn.WriteMessage(websocket.TextMessage, f.Data); err != nil {
 			s.log.Warn("subscriber gone", "err", err, "sent", s.sent.Load())
 			return
 		}
 		s.sent.Add(1)
 	}
+}
+
+// rewindBytes and rewindFrames bound the rewind log: more than a client's
+// rewind (5 s of stream time, 5,000 workload frames) and the frames in
+// flight in two sockets' buffers together.
+const (
+	rewindBytes  = 64 << 20
+	rewindFrames = 1 << 16
+)
+
+// replay sends the kept frames at or after cursor again.
+func (s *Server) replay(conn *websocket.Conn, cursor int64) error {
+	entries, gap := s.rewind.since(cursor)
+	if gap {
+		s.gaps.Add(1)
+		s.log.Warn("reconnect cursor older than the frames kept", "cursor", cursor)
+	}
+	for _, e := range entries {
+		if e.timeUS < cursor {
+			continue
+		}
+		f, err := s.rewind.read(e)
+		if err != nil {
+			return err
+		}
+		if err := conn.WriteMessage(websocket.TextMessage, f.Data); err != nil {
+			return err
+		}
+		s.replayed.Add(1)
+	}
+	return nil
 }
