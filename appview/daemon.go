@@ -166,7 +166,6 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 			store:         store,
 			batchSize:     cfg.Ingest.BatchSize,
 			catchupSize:   cfg.Ingest.CatchupBatchSize,
-			flushBudget:   catchupFlushBudget,
 			batchInterval: cfg.Ingest.BatchInterval,
 			log:           log.With("component", "ingest"),
 			afterCommit: func(res feeds.BatchResult) {

@@ -24,13 +24,11 @@ type ingester struct {
 	batchSize int
 	// catchupSize is how far a batch may grow past batchSize while the
 	// queue still holds events: a backlog is applied in large commits, a
-	// live stream in small, prompt ones.
-	catchupSize int
-	// flushBudget, when set, paces catch-up batches: each grows only to
-	// what the last one showed can be applied (and its sweep tick run)
-	// in that long (pace). catchupLimit is that size, 0 before the first.
-	flushBudget   time.Duration
-	catchupLimit  int
+	// live stream in small, prompt ones. The consumer's read loop waits
+	// while such a batch is applied, and steps away from its connection if
+	// that lasts (jetstream.Config.StallTimeout), so no batch is cut short
+	// to keep the connection's pings answered.
+	catchupSize   int
 	batchInterval time.Duration
 	log           *slog.Logger
 	// afterCommit, when set, is told about every committed batch (the
@@ -57,16 +55,16 @@ type ingester struct {
 // A tick that found the write lock held by another process is skipped
 // (and says so): the sweep's cursor did not move, and the next tick goes
 // on from it.
-func (in *ingester) tick(ctx context.Context, mutated bool, scale int, rows int64) (res feeds.SweepResult, skipped bool, err error) {
-	res, err = in.store.SweepTick(ctx, feeds.Tick{Now: in.now(), Mutated: mutated, Scale: scale, Rows: rows})
+func (in *ingester) tick(ctx context.Context, mutated bool, scale int, rows int64) (feeds.SweepResult, error) {
+	res, err := in.store.SweepTick(ctx, feeds.Tick{Now: in.now(), Mutated: mutated, Scale: scale, Rows: rows})
 	if errors.Is(err, feeds.ErrWriteBusy) {
 		in.log.Warn("sweep tick skipped: another process holds the database's write lock")
-		return feeds.SweepResult{}, true, nil
+		return feeds.SweepResult{}, nil
 	}
 	if err != nil {
-		return res, false, fmt.Errorf("sweep: %w", err)
+		return res, fmt.Errorf("sweep: %w", err)
 	}
-	return res, false, nil
+	return res, nil
 }
 
 // busyAttemptsAtShutdown bounds how long a shutdown's last batch waits
@@ -100,15 +98,9 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 		// A write lock held by another process (an operator command's long
 		// transaction) fails the batch before anything of it is written:
 		// it is tried again rather than stopping the daemon
-		// (TestIngestWaitsOutAWriteLockHeldElsewhere). The pace is
-		// measured from the try that went through, less its wait for the
-		// lock: waiting is not what applying the batch costs
-		// (TestABusyWaitDoesNotShrinkTheNextCatchUpBatch). A sweep tick's
-		// wait shorter than the busy timeout is still counted.
+		// (TestIngestWaitsOutAWriteLockHeldElsewhere).
 		var res feeds.BatchResult
-		var start time.Time
 		err := retryWhileBusy(stopping, busyAttemptsAtShutdown, in.log, "ingest", func() (err error) {
-			start = time.Now()
 			res, err = in.store.ApplyBatch(ctx, batch)
 			return err
 		})
@@ -129,16 +121,9 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 		// as many times larger, so trimming keeps pace per event; and no
 		// less than the rows it wrote ask for (feeds.Tick.Rows).
 		scale := (len(batch.Changes) + in.batchSize - 1) / in.batchSize
-		took := time.Since(start) - res.LockWait
-		tickStart := time.Now()
-		_, skipped, err := in.tick(ctx, res.MutatedFeeds(), scale, res.FanoutRows+res.MergedRows)
-		if err != nil {
+		if _, err := in.tick(ctx, res.MutatedFeeds(), scale, res.FanoutRows+res.MergedRows); err != nil {
 			return err
 		}
-		if !skipped {
-			took += time.Since(tickStart)
-		}
-		in.pace(len(batch.Changes), took)
 		idle.Reset(in.sweepIdle)
 		batchBytes = 0
 		batch.Changes = batch.Changes[:0]
@@ -197,7 +182,7 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 				return err
 			}
 		case <-idle.C:
-			res, _, err := in.tick(writeCtx, false, 1, 0)
+			res, err := in.tick(writeCtx, false, 1, 0)
 			if err != nil {
 				return err
 			}
@@ -209,11 +194,6 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 		}
 	}
 }
-
-// catchupFlushBudget is how long the daemon lets one catch-up batch's
-// flush block the consumer's read loop (pace): well under the 5 s in which
-// Jetstream wants its pings answered.
-const catchupFlushBudget = 2 * time.Second
 
 // queueBytes bounds the record bytes waiting in the consumer's queue,
 // which is bounded in events (jetstream.queue_size, 16,384): with records
@@ -228,8 +208,7 @@ const maxBatchBytes = 32 << 20
 // full says whether a batch of n changes holding bytes of records is to be
 // flushed now, with queued events waiting in the consumer's queue: at
 // batchSize, unless events are queued behind it (catching up), in which
-// case it grows to catchupSize, or less as paced (pace); and at
-// maxBatchBytes whatever the count.
+// case it grows to catchupSize; and at maxBatchBytes whatever the count.
 func (in *ingester) full(n, queued, bytes int) bool {
 	if bytes >= maxBatchBytes {
 		return true
@@ -237,29 +216,7 @@ func (in *ingester) full(n, queued, bytes int) bool {
 	if n < in.batchSize {
 		return false
 	}
-	limit := in.catchupSize
-	if in.catchupLimit > 0 {
-		limit = min(limit, in.catchupLimit)
-	}
-	return queued == 0 || n >= max(limit, in.batchSize)
-}
-
-// pace sizes the next catch-up batch from the last flush: n changes
-// applied, and their sweep tick run, in took. While a batch is applied the
-// consumer's read loop waits on the full queue, and a websocket's pings
-// are answered only while it reads; Jetstream drops a client that leaves a
-// ping unanswered for 5 s. So a
-// catch-up batch grows only to what flushBudget allows at the rate just
-// measured, at most twice the last one, and never below batchSize: where
-// each event fans out to many viewers, the configured catch-up size alone
-// would block the read loop for tens of seconds.
-func (in *ingester) pace(n int, took time.Duration) {
-	if in.flushBudget <= 0 || took <= 0 || n < in.batchSize {
-		return
-	}
-	fit := float64(n) * float64(in.flushBudget) / float64(took)
-	limit := int(min(fit, float64(2*n), float64(max(in.catchupSize, in.batchSize))))
-	in.catchupLimit = max(limit, in.batchSize)
+	return queued == 0 || n >= max(in.catchupSize, in.batchSize)
 }
 
 // addEvent moves the batch cursor to the event and adds what it says: a

@@ -50,37 +50,14 @@ func TestBatchIsBoundedInBytes(t *testing.T) {
 	}
 }
 
-// Catch-up batches are paced to the flush budget: a flush that took twice
-// the budget halves the next batch, a quick one lets it grow (no more than
-// double, no more than catchup_batch_size), and none goes below
-// batch_size.
-func TestCatchupBatchesArePacedToTheFlushBudget(t *testing.T) {
-	in := &ingester{batchSize: 100, catchupSize: 30_000, flushBudget: 2 * time.Second}
+// A live batch flushes at batch_size; with events queued behind it a
+// catch-up batch grows to catchup_batch_size.
+func TestCatchupBatchesGrowToTheCatchupSize(t *testing.T) {
+	in := &ingester{batchSize: 100, catchupSize: 30_000}
 	if !in.full(30_000, 5000, 0) || in.full(29_999, 5000, 0) {
-		t.Fatal("before any flush a catch-up batch grows to catchup_batch_size")
+		t.Error("a catch-up batch does not flush at catchup_batch_size")
 	}
-	for _, tc := range []struct {
-		n    int
-		took time.Duration
-		want int
-	}{
-		{30_000, 4 * time.Second, 15_000}, // twice the budget: half the size
-		{15_000, 30 * time.Second, 1_000}, // a slow database: far smaller
-		{1_000, 100 * time.Second, 100},   // never below batch_size
-		{100, time.Millisecond, 200},      // quick: grows, at most double
-		{20_000, time.Second, 30_000},     // never past catchup_batch_size
-		{50, time.Hour, 30_000},           // a batch below batch_size says nothing
-	} {
-		in.pace(tc.n, tc.took)
-		if in.catchupLimit != tc.want {
-			t.Errorf("after %d changes in %v: limit %d, want %d", tc.n, tc.took, in.catchupLimit, tc.want)
-		}
-	}
-	in.catchupLimit = 1_000
-	if in.full(999, 5000, 0) || !in.full(1_000, 5000, 0) {
-		t.Error("a paced catch-up batch does not flush at its limit")
-	}
-	if !in.full(100, 0, 0) {
+	if in.full(99, 0, 0) || !in.full(100, 0, 0) {
 		t.Error("a live batch does not flush at batch_size")
 	}
 }

@@ -7,7 +7,6 @@ package feeds
 
 import (
 	"encoding/json"
-	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -112,10 +111,6 @@ type BatchResult struct {
 	FanoutRows  int64 // feed rows written by target creates
 	MergedRows  int64 // feed rows written by follow merges
 	RemovedRows int64 // feed rows removed by deletes and unfollows
-	// LockWait is how long the batch waited for the write lock: for the
-	// store's other writers, then (BEGIN IMMEDIATE, within the busy
-	// timeout) for another process's. It is not the batch's own cost.
-	LockWait time.Duration
 }
 
 // AccountStatus is an account event: an author going inactive
