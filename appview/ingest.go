@@ -156,20 +156,31 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			in.identityChanged(ev.DID, handle)
 		}
 	}
+	// stop commits the open batch with what the read loop already queued,
+	// up to batchSize events of it, with a context that survives the
+	// shutdown. While catching up the queue holds a backlog (up to
+	// queue_size events) whose commit could outlast a service manager's
+	// stop timeout; what is left is replayed at the next start.
+	stop := func() error {
+		for taken := 0; taken < in.batchSize; taken++ {
+			select {
+			case ev := <-events:
+				add(&ev)
+			default:
+				return flush(writeCtx)
+			}
+		}
+		return flush(writeCtx)
+	}
 	for {
+		// Checked first: a select picks among ready cases at random, and
+		// a stopping daemon should not go on filling a catch-up batch.
+		if ctx.Err() != nil {
+			return stop()
+		}
 		select {
 		case <-ctx.Done():
-			// Take what the read loop already queued, then commit it with
-			// a context that survives the shutdown.
-			for drained := false; !drained; {
-				select {
-				case ev := <-events:
-					add(&ev)
-				default:
-					drained = true
-				}
-			}
-			return flush(writeCtx)
+			return stop()
 		case ev := <-events:
 			add(&ev)
 			if in.full(len(batch.Changes), len(events), batchBytes) {

@@ -111,6 +111,48 @@ func TestIngesterCommitsABacklogInLargeBatches(t *testing.T) {
 	}
 }
 
+// At shutdown the ingester commits the batch it holds and at most
+// batch_size more of what is queued: a catch-up backlog in the queue is
+// left to the next start's replay, so a stop does not wait for it.
+func TestAStoppingIngesterLeavesTheQueuedBacklog(t *testing.T) {
+	ctx := context.Background()
+	store, err := feeds.Open(ctx, feeds.Options{
+		Path:     t.TempDir() + "/appview.db",
+		IndexAll: true,
+		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+
+	const backlog = 2500
+	events := queuedPosts(backlog, shortPost)
+	var sizes []int
+	runCtx, cancel := context.WithCancel(ctx)
+	in := &ingester{
+		store: store, batchSize: 100, catchupSize: 1000, batchInterval: time.Hour,
+		log: slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: time.Now,
+		afterCommit: func(res feeds.BatchResult) {
+			sizes = append(sizes, res.Applied)
+			cancel() // the daemon stops during the first catch-up batch
+		},
+	}
+	if err := in.Run(runCtx, events); err != nil {
+		t.Fatal(err)
+	}
+	if len(sizes) != 2 || sizes[0] != 1000 || sizes[1] != 100 {
+		t.Fatalf("batch sizes %v, want the catch-up batch of 1000, then 100 at the stop", sizes)
+	}
+	if got := store.Cursor().TimeUS; got != t0+1099 {
+		t.Errorf("cursor %d after the stop, want %d (the events committed, no further)", got, t0+1099)
+	}
+	if left := len(events); left != backlog-1100 {
+		t.Errorf("%d events left queued, want %d", left, backlog-1100)
+	}
+}
+
 // shortPost is a post record of a few bytes.
 var shortPost = json.RawMessage(`{"$type":"app.bsky.feed.post","text":"hi","createdAt":"2026-01-01T00:00:00Z"}`)
 
