@@ -3,6 +3,7 @@ package appview
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -71,6 +72,49 @@ func TestIngestWaitsOutAWriteLockHeldElsewhere(t *testing.T) {
 	td.waitCursor(t, t0+2)
 	if got := td.feed(t, user("alice")); !slices.Equal(got, []string{"p1"}) {
 		t.Errorf("alice = %v, want [p1]", got)
+	}
+}
+
+// While a batch waits (here for a write lock held elsewhere; a long
+// catch-up batch is the usual cause) the consumer's queue fills and its
+// read loop, which answers the server's pings, waits on it. After 3 s the
+// consumer steps away from the connection and, once the batch is through,
+// redials from the newest event it handed over: every event lands, and
+// what the redial replays changes nothing.
+func TestTheConsumerStepsAwayWhileABatchWaitsAndLosesNothing(t *testing.T) {
+	t.Parallel()
+	js := jetstreamtest.NewServer()
+	defer js.Close()
+	path := t.TempDir() + "/appview.db"
+	cfg := testConfig(t, js, path)
+	cfg.Jetstream.QueueSize = 8
+	td := startDaemon(t, js, cfg)
+	js.Append(jetstreamtest.Follow(followNSID, user("alice"), "f0", user("carol"), t0))
+	td.waitCursor(t, t0) // the session has made progress: it may step away
+
+	release := holdWriteLock(t, path)
+	const posts = 100
+	var want []string
+	for i := posts; i >= 1; i-- {
+		want = append(want, fmt.Sprintf("p%03d", i)) // newest first
+	}
+	for i := 1; i <= posts; i++ {
+		js.Append(jetstreamtest.Post(user("carol"), fmt.Sprintf("p%03d", i), t0+int64(i), "queued behind a waiting batch"))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for td.metricValue(t, "appview_jetstream_step_aways_total") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the consumer never stepped away from its connection")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	release()
+	td.waitCursor(t, t0+posts)
+	if n := len(js.Queries()); n < 2 {
+		t.Fatalf("%d subscriptions, want a redial after stepping away", n)
+	}
+	if got := td.feed(t, user("alice")); !slices.Equal(got, want) {
+		t.Errorf("alice's feed holds %d posts %v…, want all %d once", len(got), got[:min(len(got), 5)], posts)
 	}
 }
 
