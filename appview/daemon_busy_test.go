@@ -98,8 +98,17 @@ func TestTheConsumerStepsAwayWhileABatchWaitsAndLosesNothing(t *testing.T) {
 	for i := posts; i >= 1; i-- {
 		want = append(want, fmt.Sprintf("p%03d", i)) // newest first
 	}
-	for i := 1; i <= posts; i++ {
-		js.Append(jetstreamtest.Post(user("carol"), fmt.Sprintf("p%03d", i), t0+int64(i), "queued behind a waiting batch"))
+	post := func(i int) []byte {
+		return jetstreamtest.Post(user("carol"), fmt.Sprintf("p%03d", i), t0+int64(i), "queued behind a waiting batch")
+	}
+	// The first post alone, so that its batch (flushed 5 ms after it, by
+	// the batch interval) is the one waiting when the rest arrive; sent
+	// together, the ingester could take them all into that batch first,
+	// and the queue would never fill.
+	js.Append(post(1))
+	time.Sleep(200 * time.Millisecond)
+	for i := 2; i <= posts; i++ {
+		js.Append(post(i))
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for td.metricValue(t, "appview_jetstream_step_aways_total") < 1 {
