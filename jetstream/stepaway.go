@@ -20,8 +20,9 @@ var errSteppedAway = errors.New("stepped away while the caller's queue was full"
 
 // handOver hands ev to the caller: it waits for room in the caller's
 // queue (QueueBytes, then out), until ctx ends (nil, and false), a Restart
-// (errRestart), or, when stall is positive, until the wait has lasted
-// stall (errSteppedAway). It reports whether ev was handed over.
+// closes restarted (errRestart), or, when stall is positive, until the
+// wait has lasted stall (errSteppedAway). It reports whether ev was
+// handed over.
 //
 // Gorilla answers pings only while the session reads, and the session
 // does not read while it waits here. A caller applying a large catch-up
@@ -37,16 +38,32 @@ func (c *Client) handOver(ctx context.Context, ev *Event, out chan<- Event, rest
 		// queue, that stops reading.
 		size = c.queuedSize(ev)
 		if !c.queued.TryAcquire(size) {
-			actx := ctx
+			// A Restart ends this wait too: the semaphore only knows
+			// contexts, so it cancels one.
+			rctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go func() {
+				select {
+				case <-restarted:
+					cancel()
+				case <-rctx.Done():
+				}
+			}()
+			actx := rctx
 			if stall > 0 {
 				deadline = time.Now().Add(stall)
-				var cancel context.CancelFunc
-				actx, cancel = context.WithDeadline(ctx, deadline)
-				defer cancel()
+				var cancelDeadline context.CancelFunc
+				actx, cancelDeadline = context.WithDeadline(rctx, deadline)
+				defer cancelDeadline()
 			}
 			if err := c.queued.Acquire(actx, size); err != nil {
 				if ctx.Err() != nil {
 					return false, nil
+				}
+				select {
+				case <-restarted:
+					return false, errRestart
+				default:
 				}
 				return false, errSteppedAway
 			}
@@ -93,7 +110,24 @@ func stepAway(conn *websocket.Conn) {
 // redial comes when the caller is ready for more), ctx ends, or a Restart
 // makes the event stale. It reports whether ev was handed over.
 func (c *Client) waitForRoom(ctx context.Context, ev *Event, gen uint64, out chan<- Event) bool {
-	ok, err := c.handOver(ctx, ev, out, c.restart, 0)
+	// handOver waits on a channel a Restart closes, as a session's is; a
+	// signal taken here after ev was handed over is not needed: Restart
+	// moved the generation before signalling, so handedOver ignores ev
+	// and the next session is dialed for the new generation.
+	restarted := make(chan struct{})
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-c.restart:
+			close(restarted)
+		case <-done:
+		}
+	}()
+	ok, err := c.handOver(ctx, ev, out, restarted, 0)
+	close(done)
+	<-watched
 	if errors.Is(err, errRestart) {
 		// The Restart's signal was taken here, not by a session: the
 		// next session is dialed for the new generation anyway.

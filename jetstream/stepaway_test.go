@@ -125,25 +125,55 @@ func TestClientDoesNotStepAwayDuringItsReplay(t *testing.T) {
 
 // A Restart (an operator's cursor reset) while the client waits for room
 // after stepping away drops the event it held, which is from before the
-// reset, and redials from the committed position.
+// reset, and redials from the committed position at once, whether the
+// queue is full by count (out) or by bytes (QueueBytes).
 func TestClientRestartWhileSteppedAway(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		outCap int
+		bytes  bool
+	}{{"count", 5, false}, {"bytes", 100, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newReplayLog(1795975610000000, 50)
+			srv, _ := serveLog(t, l)
+			cfg := Config{URLs: []string{srv.url}, Rewind: 5 * time.Second, StallTimeout: 20 * time.Millisecond}
+			if tc.bytes {
+				cfg.QueueBytes = 5 * eventOverhead // deletes carry no record
+			}
+			h := startClient(t, cfg, fixed(Position{}), tc.outCap)
+			waitFor(t, "the session to step away", func() bool { return testutil.ToFloat64(h.metrics.stepAways) == 1 })
+			h.client.Restart()
+			waitFor(t, "a redial", func() bool { return len(srv.dials()) == 2 })
+			if got := srv.dials()[1].Get("cursor"); got != "" {
+				t.Errorf("redial after Restart asked for cursor %s, want the committed position (none)", got)
+			}
+			for range 5 {
+				ev := h.next(t)
+				h.client.Consumed(&ev)
+				if ev.Session != 1 {
+					t.Fatalf("queued event of session %d, want the first session's five", ev.Session)
+				}
+			}
+			if ev := h.next(t); ev.TimeUS != l.times[0] || ev.Session == 1 {
+				t.Errorf("after the queued five, event %d of session %d; want the log's first from the new session (the held event dropped)",
+					ev.TimeUS, ev.Session)
+			}
+		})
+	}
+}
+
+// A Restart ends a session waiting for room in the queue's bytes
+// (QueueBytes) as it ends one waiting on out: the client redials from the
+// committed position at once, not once the caller has made room.
+func TestClientRestartWhileWaitingForQueueBytes(t *testing.T) {
 	l := newReplayLog(1795975610000000, 50)
 	srv, _ := serveLog(t, l)
-	h := startClient(t, Config{URLs: []string{srv.url}, Rewind: 5 * time.Second, StallTimeout: 20 * time.Millisecond},
-		fixed(Position{}), 5)
-	waitFor(t, "the session to step away", func() bool { return testutil.ToFloat64(h.metrics.stepAways) == 1 })
+	h := startClient(t, Config{URLs: []string{srv.url}, Rewind: 5 * time.Second, StallTimeout: -1, QueueBytes: 5 * eventOverhead},
+		fixed(Position{}), 100)
+	waitFor(t, "a full queue", func() bool { return len(h.out) == 5 })
 	h.client.Restart()
 	waitFor(t, "a redial", func() bool { return len(srv.dials()) == 2 })
-	if got := srv.dials()[1].Get("cursor"); got != "" {
-		t.Errorf("redial after Restart asked for cursor %s, want the committed position (none)", got)
-	}
-	for range 5 {
-		if ev := h.next(t); ev.Session != 1 {
-			t.Fatalf("queued event of session %d, want the first session's five", ev.Session)
-		}
-	}
-	if ev := h.next(t); ev.TimeUS != l.times[0] || ev.Session == 1 {
-		t.Errorf("after the queued five, event %d of session %d; want the log's first from the new session (the held event dropped)",
-			ev.TimeUS, ev.Session)
+	if got := testutil.ToFloat64(h.metrics.stepAways); got != 0 {
+		t.Errorf("stepped away %v times; StallTimeout is negative", got)
 	}
 }
