@@ -284,7 +284,7 @@ func (c *Client) Consumed(ev *Event) {
 // however the connection ends. out is the backpressure: Run blocks on it
 // (until ctx ends) rather than buffering; a session that has made progress
 // waits on it for at most Config.StallTimeout, then closes its connection
-// and waits without one (handOver). Run does not close out. Run a Client
+// and waits without one (waitForRoom). Run does not close out. Run a Client
 // once at a time.
 func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Event) error {
 	if len(c.cfg.URLs) == 0 {

@@ -50,8 +50,7 @@ type sessionResult struct {
 	minUS, maxUS int64
 	// pending is the event a session that stepped away (errSteppedAway)
 	// read and could not hand over.
-	pending    Event
-	hasPending bool
+	pending Event
 }
 
 // session runs one connection to host, resuming from pos less rewind, and
@@ -188,7 +187,7 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 		switch {
 		case errors.Is(err, errSteppedAway):
 			stepAway(conn)
-			res.pending, res.hasPending = ev, true
+			res.pending = ev
 			endErr = err
 			return res, err
 		case err != nil:

@@ -73,6 +73,7 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 	restarts0 := metrics.sum(`appview_database_wal_restarts_total`)
 	stepAways0 := metrics.sum(`appview_jetstream_step_aways_total`)
 	connections0 := b.server.Connections()
+	replayed0, gaps0 := b.server.Replayed(), b.server.Gaps()
 	lastFanout, lastT := fanout0, 0.0
 	fmt.Fprintf(b.out, "\ningest: %d events (the mix above) through websocket → decode → batch → SQLite → fan-out → cursor\n", b.o.events)
 	fmt.Fprintf(b.out, "%-7s %9s %8s %10s %14s %8s\n", "tenth", "events", "seconds", "events/s", "fanout rows/s", "RSS MiB")
@@ -161,7 +162,7 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 	}
 	res.peakRSS = procStatus("VmHWM")
 	res.reconnections = b.server.Connections() - connections0
-	res.replayed, res.gaps = b.server.Replayed(), b.server.Gaps()
+	res.replayed, res.gaps = b.server.Replayed()-replayed0, b.server.Gaps()-gaps0
 	b.printIngest(res)
 	return res, nil
 }
@@ -179,7 +180,7 @@ func (b *bench) printIngest(res ingestResult) {
 		// The daemon steps away from its connection while its queue stays
 		// full (jetstream.Config.StallTimeout); the server replays from
 		// the cursor it comes back with, as Jetstream does.
-		fmt.Fprintf(b.out, "the daemon reconnected %d times during the timed ingest, %.0f of them stepping away while a batch held its queue full (appview_jetstream_step_aways_total); %d frames sent again in all\n",
+		fmt.Fprintf(b.out, "the daemon reconnected %d times during the timed ingest, %.0f of them stepping away while a batch held its queue full (appview_jetstream_step_aways_total); %d frames sent again\n",
 			res.reconnections, res.stepAways, res.replayed)
 	}
 	if res.gaps > 0 {

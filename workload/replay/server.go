@@ -95,7 +95,6 @@ func NewServer(src Source, logger *slog.Logger) (*Server, error) {
 	}
 	go func() {
 		defer close(s.done)
-		defer s.rewind.close()
 		if err := s.http.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("serve", "err", err)
 		}
@@ -130,6 +129,13 @@ func (s *Server) Close() error {
 	s.cancel()
 	err := s.http.Close()
 	<-s.done
+	// Closing the listener does not wait for hijacked connections: the
+	// one serving (cancelled above) may still be writing to the rewind log.
+	s.serving.Lock()
+	defer s.serving.Unlock()
+	if cerr := s.rewind.close(); err == nil {
+		err = cerr
+	}
 	return err
 }
 
@@ -156,6 +162,10 @@ func (s *Server) subscribe(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
+	// A write blocked on a client that stopped reading ends when the
+	// server closes (Close waits for this handler).
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stop()
 	go func() { // notice the client leaving; answer its pings
 		defer cancel()
 		for {
