@@ -35,6 +35,16 @@ func (w *world) deleteAccount(t *testing.T, who syntax.DID, timeUS int64) {
 	}
 }
 
+// reactivateAccount commits who's return, an account event as the stream
+// delivers it.
+func (w *world) reactivateAccount(t *testing.T, who syntax.DID, timeUS int64) {
+	if _, err := w.store.ApplyBatch(context.Background(), &feeds.Batch{
+		Accounts: []feeds.AccountStatus{{DID: who, Active: true, TimeUS: timeUS}},
+		Cursor:   feeds.StreamCursor{TimeUS: timeUS}}); err != nil {
+		t.Error(err)
+	}
+}
+
 // An account is deleted while a listing of its posts runs: the deletion
 // removes its records and its listing. The listing's next page, whether
 // the PDS still answered it (fetched before the PDS deleted the repo) or
@@ -46,9 +56,15 @@ func TestAListingOfAnAccountDeletedWhileItRunsStoresNothingMore(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		pdsDeletes bool
+		reactivate bool
 	}{
-		{"the PDS still answers the next page", false},
-		{"the PDS has deleted the repo", true},
+		{"the PDS still answers the next page", false, false},
+		{"the PDS has deleted the repo", true, false},
+		// The deleted mark is gone by the next page: the run must tell
+		// from the deletion count, or it stored its later pages and
+		// ended complete holding only those (found by a review of
+		// schema 0016).
+		{"the account is reactivated before the next page", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, Config{Depth: 150})
@@ -62,6 +78,9 @@ func TestAListingOfAnAccountDeletedWhileItRunsStoresNothingMore(t *testing.T) {
 				w.deleteAccount(t, x, 5)
 				if tc.pdsDeletes {
 					w.pds.DeleteRepo(x)
+				}
+				if tc.reactivate {
+					w.reactivateAccount(t, x, 6)
 				}
 			})
 			if err := w.svc.Ensure(ctx, v, "following", "c"); err != nil {
@@ -78,7 +97,8 @@ func TestAListingOfAnAccountDeletedWhileItRunsStoresNothingMore(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st != (feeds.Listing{AccountDeleted: true}) || c.Targets != 0 {
+			want := feeds.Listing{AccountDeleted: !tc.reactivate, Deletions: 1}
+			if st != want || c.Targets != 0 {
 				t.Errorf("after x's deletion its listing stored %d of its posts again, and its listing %+v; want neither",
 					c.Targets, st)
 			}
@@ -125,7 +145,7 @@ func TestAFollowListingOfAViewerDeletedWhileItRunsStoresNothingMore(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	if feed := w.page(t, v, 200); st != (feeds.Listing{AccountDeleted: true}) || c.Follows != 0 || len(feed) != 0 {
+	if feed := w.page(t, v, 200); st != (feeds.Listing{AccountDeleted: true, Deletions: 1}) || c.Follows != 0 || len(feed) != 0 {
 		t.Errorf("after v's deletion its follow listing stored %d follows again, its listing %+v, and a feed of %d posts; want none",
 			c.Follows, st, len(feed))
 	}

@@ -93,7 +93,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 			if pds.KindOf(err) == pds.KindBadCursor && st.Cursor != "" && !restarted {
 				// The PDS no longer honours our cursor: restart the round once.
 				restarted = true
-				st = feeds.Listing{Host: host, Round: st.Round + 1, Attempts: st.Attempts}
+				st = st.NextRound(host)
 				above, aboveKnown = resumeAbove(st)
 				continue
 			}
@@ -267,7 +267,7 @@ func resumeAbove(st feeds.Listing) (string, bool) {
 // nothing: then a new round.
 func resumeAt(st feeds.Listing, host string) feeds.Listing {
 	if st.Host != host {
-		return feeds.Listing{Host: host, Round: st.Round + 1, Attempts: st.Attempts}
+		return st.NextRound(host)
 	}
 	return st
 }

@@ -98,7 +98,7 @@ func (w *txWriter) deleteAccount(id, timeUS int64) error {
 		`DELETE FROM feed_items WHERE viewer_id = ?`,
 		`DELETE FROM follows WHERE actor_id = ?`,
 		`DELETE FROM listings WHERE actor_id = ?`,
-		`UPDATE actors SET handle = NULL, deleted = 1 WHERE id = ?`,
+		`UPDATE actors SET handle = NULL, deleted = 1, deletions = deletions + 1 WHERE id = ?`,
 	} {
 		if _, err := w.tx.ExecContext(w.ctx, q, id); err != nil {
 			return fmt.Errorf("delete account data: %w", err)

@@ -39,6 +39,20 @@ type Listing struct {
 	// deleted the account: there is nothing to list, and a listing would
 	// store nothing (ApplyListingPage).
 	AccountDeleted bool
+	// Deletions is how many times an account event had deleted the
+	// account when ReadListing read this state. It is not stored with the
+	// listing: a run carries it in every state it writes, and a page or a
+	// failure whose count is not the account's current one is from a run
+	// begun before a deletion, which a reactivation since has unmarked,
+	// and stores nothing.
+	Deletions int64
+}
+
+// NextRound is the state that starts a new round of l's listing on host,
+// from the newest records: a new host, or a cursor the PDS no longer
+// honours.
+func (l Listing) NextRound(host string) Listing {
+	return Listing{Host: host, Round: l.Round + 1, Attempts: l.Attempts, Deletions: l.Deletions}
 }
 
 // Ahead reports whether l is a later position than o.
@@ -120,12 +134,12 @@ func (s *Store) ReadListing(ctx context.Context, account syntax.DID, collection 
 	// From the account, so that a deleted one, whose listings the deletion
 	// removed, still says so.
 	err := s.reader.QueryRowContext(ctx, `
-		SELECT a.deleted, coalesce(l.host, ''), coalesce(l.round, 0), coalesce(l.page, 0), coalesce(l.cursor, ''),
+		SELECT a.deleted, a.deletions, coalesce(l.host, ''), coalesce(l.round, 0), coalesce(l.page, 0), coalesce(l.cursor, ''),
 			coalesce(l.low_rkey, ''), coalesce(l.fetched, 0), coalesce(l.complete, 0), coalesce(l.gone, 0),
 			coalesce(l.attempts, 0), coalesce(l.last_error, ''), coalesce(l.next_retry_us, 0)
 		FROM actors a LEFT JOIN listings l ON l.actor_id = a.id AND l.collection_id = ?2
 		WHERE a.did = ?1`, string(account), collID).
-		Scan(&l.AccountDeleted, &l.Host, &l.Round, &l.Page, &l.Cursor, &l.LowKey, &l.Fetched, &l.Complete, &l.Gone, &l.Attempts, &l.LastError, &nextUS)
+		Scan(&l.AccountDeleted, &l.Deletions, &l.Host, &l.Round, &l.Page, &l.Cursor, &l.LowKey, &l.Fetched, &l.Complete, &l.Gone, &l.Attempts, &l.LastError, &nextUS)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Listing{}, nil
 	}
@@ -156,7 +170,7 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 		if err != nil {
 			return err
 		}
-		if res.AccountDeleted, err = w.accountDeleted(actorID); err != nil || res.AccountDeleted {
+		if res.AccountDeleted, err = w.accountDeletedSince(actorID, p.To.Deletions); err != nil || res.AccountDeleted {
 			return err
 		}
 		if isFollow && !s.indexAll {
@@ -235,7 +249,7 @@ func (s *Store) FailListing(ctx context.Context, account syntax.DID, collection 
 		if err != nil {
 			return err
 		}
-		if deleted, err := w.accountDeleted(actorID); err != nil || deleted {
+		if deleted, err := w.accountDeletedSince(actorID, l.Deletions); err != nil || deleted {
 			return err
 		}
 		cur, found, err := w.readListingState(actorID, collID)
@@ -252,16 +266,24 @@ func (s *Store) FailListing(ctx context.Context, account syntax.DID, collection 
 }
 
 // accountDeleted reports whether an account event deleted the account
-// (deleteAccount). Read in the transaction that would write a listing's
-// page or failure, it orders that write after a deletion committed while
-// the listing ran, as the deletion's removal of the account's listings
-// and records does not reach a run that holds its position in memory.
-func (w *txWriter) accountDeleted(actorID int64) (bool, error) {
-	var deleted bool
-	if _, err := w.queryRow(w.s.stmts.actorDeleted, []any{actorID}, &deleted); err != nil {
-		return false, fmt.Errorf("read account deletion: %w", err)
+// (deleteAccount), and how many times one did.
+func (w *txWriter) accountDeleted(actorID int64) (deleted bool, deletions int64, err error) {
+	if _, err := w.queryRow(w.s.stmts.actorDeleted, []any{actorID}, &deleted, &deletions); err != nil {
+		return false, 0, fmt.Errorf("read account deletion: %w", err)
 	}
-	return deleted, nil
+	return deleted, deletions, nil
+}
+
+// accountDeletedSince reports whether the account is deleted, or was
+// deleted after a listing run read deletions (Listing.Deletions). Read in
+// the transaction that would write the run's page or failure, it orders
+// that write after a deletion committed while the listing ran, as the
+// deletion's removal of the account's listings and records does not reach
+// a run that holds its position in memory; the count catches a deletion
+// a reactivation has unmarked since.
+func (w *txWriter) accountDeletedSince(actorID, deletions int64) (bool, error) {
+	deleted, now, err := w.accountDeleted(actorID)
+	return deleted || now != deletions, err
 }
 
 func (w *txWriter) listFollow(actorID, collID int64, r *ListedRecord, listingRev string) (bool, error) {

@@ -48,7 +48,7 @@ func (w *txWriter) applyProfile(c *Change) error {
 	// A deleted account keeps no profile: a change that reaches it now is
 	// from before the deletion (a reconnect's replay), as a reactivation
 	// would have cleared the mark first.
-	if deleted, err := w.accountDeleted(id); err != nil || deleted {
+	if deleted, _, err := w.accountDeleted(id); err != nil || deleted {
 		if deleted {
 			w.res.Duplicates++
 		}

@@ -39,8 +39,9 @@ var writeSQL = struct {
 	// last account event applied to it (schema 0010).
 	actorStatus: `SELECT active, status_us FROM actors WHERE id = ?`,
 	// actorDeleted: whether an account event deleted the actor (schema
-	// 0016); a listing stores nothing of a deleted account.
-	actorDeleted: `SELECT deleted FROM actors WHERE id = ?`,
+	// 0016), and how many times one did (0017); a listing stores nothing
+	// of a deleted account, nor across a deletion.
+	actorDeleted: `SELECT deleted, deletions FROM actors WHERE id = ?`,
 	// viewerOfFollows: is the actor a registered viewer of any feed built
 	// from this follow collection? Decides whether its follows are stored.
 	viewerOfFollows: `SELECT 1 FROM viewers v JOIN feed_targets t ON t.feed = v.feed
