@@ -42,6 +42,7 @@ type Daemon struct {
 	log      *slog.Logger
 	store    *feeds.Store
 	consumer *jetstream.Client
+	sessions *sessionLog
 	ingest   *ingester
 	backfill *backfill.Service
 	profiles *profiles.Service // nil when profile hydration is off
@@ -107,6 +108,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		follows = append(follows, syntax.NSID(c))
 	}
 	wanted := cfg.WantedCollections()
+	sessions := newSessionLog(store, log.With("component", "jetstream"))
 	consumer := jetstream.NewClient(jetstream.Config{
 		URLs:              cfg.Jetstream.URLs,
 		WantedCollections: wanted,
@@ -115,7 +117,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		MaxFrameBytes:     cfg.Jetstream.MaxFrameBytes,
 		ReadTimeout:       cfg.Jetstream.ReadTimeout,
 		UserAgent:         "atfeeds-appview/" + Version,
-		OnSessionEnd:      func(r jetstream.SessionReport) { recordSession(store, log, r) },
+		OnSessionEnd:      sessions.add,
 		QueueBytes:        queueBytes,
 	}, jetstream.NewDecoder(jetstream.DecoderConfig{FollowCollections: follows}), log, jetstream.NewMetrics(reg, wanted))
 
@@ -160,6 +162,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		log:      log.With("component", "daemon"),
 		store:    store,
 		consumer: consumer,
+		sessions: sessions,
 		backfill: firstReads,
 		profiles: hydration,
 		ingest: &ingester{
@@ -224,12 +227,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	events := make(chan jetstream.Event, d.cfg.Jetstream.QueueSize)
 
+	g.Go(func() error { d.sessions.Run(); return nil })
 	if len(d.cfg.WantedCollections()) == 0 {
 		// An empty wantedCollections asks Jetstream for everything; with no
 		// feeds there is nothing to consume.
 		d.log.Info("no feeds configured: not subscribing to jetstream")
+		d.sessions.close()
 	} else {
 		g.Go(func() error {
+			defer d.sessions.close()
 			resume := func() jetstream.Position { return d.resumePosition(gctx) }
 			return named("jetstream", d.consumer.Run(gctx, resume, events))
 		})
@@ -383,21 +389,4 @@ func openStore(ctx context.Context, cfg Config) (*feeds.Store, error) {
 	storeFeeds, _ := feedDefinitions(cfg)
 	return feeds.Open(ctx, feeds.Options{Path: cfg.Database.Path, Feeds: storeFeeds, IndexAll: cfg.Ingest.IndexAll,
 		Profiles: cfg.Hydration.Profiles, ReadConns: 1, Existing: true})
-}
-
-// recordSession keeps every Jetstream connection as a sync run: host,
-// connect and disconnect time, start cursor and newest time_us delivered,
-// events delivered and dropped, and why it ended.
-func recordSession(store *feeds.Store, log *slog.Logger, r jetstream.SessionReport) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := store.RecordSyncRun(ctx, feeds.SyncRun{
-		Kind: "jetstream", Subject: r.Host, Outcome: "disconnected", Error: r.Reason,
-		Written: r.Delivered, Skipped: r.Dropped,
-		Started: r.Connected, Duration: r.Disconnected.Sub(r.Connected),
-		StartCursor: r.StartCursor, EndCursor: r.EndTimeUS,
-	})
-	if err != nil {
-		log.Warn("record jetstream session", "err", err)
-	}
 }

@@ -127,6 +127,27 @@ func TestTheConsumerStepsAwayWhileABatchWaitsAndLosesNothing(t *testing.T) {
 	}
 }
 
+// A session's record (sync_runs) is written on a goroutine of its own:
+// a redial used to wait for it, and with the write lock held by another
+// process that was the busy timeout (5 s) at every reconnect, the stream
+// idle meanwhile (left as found by an earlier session).
+func TestAReconnectDoesNotWaitForTheSessionRecord(t *testing.T) {
+	t.Parallel()
+	js := jetstreamtest.NewServer()
+	defer js.Close()
+	js.DropEvery(1) // read by each connection as it opens
+	path := t.TempDir() + "/appview.db"
+	td := startDaemon(t, js, testConfig(t, js, path))
+	release := holdWriteLock(t, path) // its cleanup ends it if the test fails first
+	before := len(js.Queries())
+	js.Append(jetstreamtest.Post(user("carol"), "p1", t0+1, "then the connection drops"))
+	if !js.WaitConnections(before+1, 2*time.Second) {
+		t.Fatal("no redial within 2 s of a dropped connection while the write lock was held elsewhere")
+	}
+	release()
+	td.waitCursor(t, t0+1)
+}
+
 // notifyOfUpdate whose write waits past its time for a write lock held
 // elsewhere answers 503 with Retry-After, not a 500 that says the daemon
 // is broken (raised by a review of notify); the app's retry is

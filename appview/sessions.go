@@ -1,0 +1,66 @@
+package appview
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/jetstream"
+)
+
+// sessionLog keeps every Jetstream connection as a sync run (host, connect
+// and disconnect time, start cursor and newest time_us delivered, events
+// delivered and dropped, why it ended), written on a goroutine of its own.
+// The consumer hands a report over and redials at once: the database's
+// writer may be busy with a catch-up batch for many seconds, or its lock
+// held by another process up to the busy timeout, and a redial that waited
+// for the record would leave the stream idle meanwhile.
+type sessionLog struct {
+	store   *feeds.Store
+	log     *slog.Logger
+	reports chan jetstream.SessionReport
+}
+
+// sessionLogBacklog bounds the reports waiting to be written: a session
+// ends every few seconds at most, even stepping away during a catch-up.
+const sessionLogBacklog = 64
+
+func newSessionLog(store *feeds.Store, log *slog.Logger) *sessionLog {
+	return &sessionLog{store: store, log: log, reports: make(chan jetstream.SessionReport, sessionLogBacklog)}
+}
+
+// add queues r; a report that finds the backlog full is dropped (operator
+// history only) and said so.
+func (l *sessionLog) add(r jetstream.SessionReport) {
+	select {
+	case l.reports <- r:
+	default:
+		l.log.Warn("jetstream session not recorded: too many waiting to be written", "host", r.Host)
+	}
+}
+
+// close ends Run once the reports queued are written; call it after the
+// consumer's Run has returned, so its last session is kept too.
+func (l *sessionLog) close() { close(l.reports) }
+
+// Run writes the reports until close.
+func (l *sessionLog) Run() {
+	for r := range l.reports {
+		l.write(r)
+	}
+}
+
+func (l *sessionLog) write(r jetstream.SessionReport) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := l.store.RecordSyncRun(ctx, feeds.SyncRun{
+		Kind: "jetstream", Subject: r.Host, Outcome: "disconnected", Error: r.Reason,
+		Written: r.Delivered, Skipped: r.Dropped,
+		Started: r.Connected, Duration: r.Disconnected.Sub(r.Connected),
+		StartCursor: r.StartCursor, EndCursor: r.EndTimeUS,
+	})
+	if err != nil {
+		l.log.Warn("record jetstream session", "err", err)
+	}
+}
