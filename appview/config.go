@@ -89,8 +89,8 @@ type IngestConfig struct {
 	// commit then writes each touched page once for many more events.
 	// A live stream never fills BatchSize before BatchInterval, so it is
 	// unaffected. At or below BatchSize (0 included) turns growth off.
-	// The ingester grows a batch less where the last one took long
-	// (ingester.pace).
+	// The consumer steps away from its connection while such a batch
+	// holds its queue full (jetstream.Config.StallTimeout).
 	CatchupBatchSize int `yaml:"catchup_batch_size"`
 	// IndexAll makes every account whose follows are stored a viewer.
 	IndexAll bool `yaml:"index_all"`
