@@ -3,7 +3,6 @@ package appview
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/jetstream"
@@ -51,10 +50,13 @@ func (l *sessionLog) Run() {
 	}
 }
 
+// write records r. It sets no deadline: one would count the wait for the
+// store's writer, which behind a catch-up batch lasts as long as the batch
+// (a minute at many viewers), and the report of a session that stepped
+// away during it would be dropped; waiting here holds up no redial. A
+// write lock another process holds still fails it after the busy timeout.
 func (l *sessionLog) write(r jetstream.SessionReport) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := l.store.RecordSyncRun(ctx, feeds.SyncRun{
+	err := l.store.RecordSyncRun(context.Background(), feeds.SyncRun{
 		Kind: "jetstream", Subject: r.Host, Outcome: "disconnected", Error: r.Reason,
 		Written: r.Delivered, Skipped: r.Dropped,
 		Started: r.Connected, Duration: r.Disconnected.Sub(r.Connected),

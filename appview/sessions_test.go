@@ -1,0 +1,88 @@
+package appview
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/jetstream"
+)
+
+// A session that ends while a long batch holds the store's writer (a
+// step-away ends one exactly then, and a catch-up batch at many viewers
+// takes about a minute) is still recorded once the batch is through. The
+// record's write used to be given 10 s counted from when the log took it
+// up, its wait for the writer included, and was dropped past them.
+func TestASessionEndedDuringALongBatchIsStillRecorded(t *testing.T) {
+	ctx := context.Background()
+	store, err := feeds.Open(ctx, feeds.Options{
+		Path:     t.TempDir() + "/appview.db",
+		IndexAll: true,
+		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	// One account whose follows are stored: a rebuild in index_all mode
+	// has a viewer to rebuild, in a write transaction.
+	rev := syntax.NewTID(t0, 0).String()
+	if _, err := store.ApplyBatch(ctx, &feeds.Batch{
+		Changes: []feeds.Change{{DID: syntax.DID(user("alice")), Collection: followNSID, RKey: "f1", Op: feeds.OpCreate,
+			Rev: rev, CID: "bafyreibaowdggfizbfrk2ypwue7e2mw5a3mjn665rxjs6gx7pd7oxfha3y",
+			Record:  json.RawMessage(`{"$type":"app.bsky.graph.follow","subject":"did:plc:carol","createdAt":"2026-01-01T00:00:00Z"}`),
+			Subject: syntax.DID(user("carol")), TimeUS: t0}},
+		Cursor: feeds.StreamCursor{TimeUS: t0}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The long batch: a rebuild whose clock, read inside its write
+	// transaction, waits until released.
+	const hold = 11 * time.Second // past the 10 s the record was given
+	held, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	rebuilt := make(chan error, 1)
+	go func() {
+		_, err := store.RebuildFeed(ctx, "following", feeds.RebuildOptions{Now: func() time.Time {
+			if calls.Add(1) == 2 { // the first is read before the transaction
+				close(held)
+				<-release
+			}
+			return time.Now()
+		}})
+		rebuilt <- err
+	}()
+	<-held
+
+	log := newSessionLog(store, slog.New(slog.DiscardHandler))
+	done := make(chan struct{})
+	go func() { log.Run(); close(done) }()
+	now := time.Now()
+	log.add(jetstream.SessionReport{Host: "wss://js.example", Connected: now.Add(-time.Minute), Disconnected: now,
+		Delivered: 7, Reason: "stepped away while the caller's queue was full"})
+	time.Sleep(hold)
+	close(release)
+	if err := <-rebuilt; err != nil {
+		t.Fatal(err)
+	}
+	log.close()
+	<-done
+
+	runs, err := store.RecentSyncRuns(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range runs {
+		if r.Kind == "jetstream" && r.Subject == "wss://js.example" && r.Written == 7 {
+			return
+		}
+	}
+	t.Errorf("the session that ended during a %s batch was not recorded: sync runs %+v", hold, runs)
+}
