@@ -20,6 +20,7 @@ import (
 // record's write used to be given 10 s counted from when the log took it
 // up, its wait for the writer included, and was dropped past them.
 func TestASessionEndedDuringALongBatchIsStillRecorded(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store, err := feeds.Open(ctx, feeds.Options{
 		Path:     t.TempDir() + "/appview.db",

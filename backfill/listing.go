@@ -166,21 +166,25 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 			// no viewer follows it any more.
 			return nil
 		}
-		if res.AccountDeleted {
-			// Deleted while listed, or before: nothing of it is stored,
-			// and its repo is gone, as its PDS would answer next.
-			run.Outcome, run.Error = "gone", "account deleted"
-			return nil
-		}
-		if res.Stale {
-			// Another run is ahead of us on this listing. Its pages are
-			// stored: go on from where it stands, so this run too ends
-			// only once the listing is complete. Ending here would let
-			// the caller build a feed on the pages stored so far.
+		if res.AccountDeleted || res.Stale {
+			// Deleted since the run began, or another run is ahead of us
+			// on this listing: go on from what is stored now, so this run
+			// too ends only once the listing is complete. Ending here
+			// would let the caller build a feed on the pages stored so
+			// far.
 			cur, err := s.store.ReadListing(ctx, account, coll)
 			if err != nil {
 				return s.fail(ctx, account, coll, next, err, false)
 			}
+			if cur.AccountDeleted {
+				// Nothing of it is stored, and its repo is gone, as its
+				// PDS would answer next.
+				run.Outcome, run.Error = "gone", "account deleted"
+				return nil
+			}
+			// A deletion that a reactivation has undone since removed
+			// what the run had stored: cur is no listing, under the new
+			// deletion count, and the run lists afresh.
 			if cur.Complete {
 				return nil
 			}

@@ -108,8 +108,10 @@ type ListingResult struct {
 	// lists it afresh (leaveScopeIfUnfollowed).
 	NotFollowed bool
 	// AccountDeleted is set for a page of a deleted account (an account
-	// event deleted it, usually while the listing ran): nothing was
-	// written, neither records nor the listing state. The deletion removed
+	// event deleted it, usually while the listing ran), or of a run begun
+	// before a deletion that a reactivation has undone since
+	// (Listing.Deletions): nothing was written, neither records nor the
+	// listing state. The deletion removed
 	// them (deleteAccount), and the page's cursor would stand for rows no
 	// longer stored.
 	AccountDeleted bool
