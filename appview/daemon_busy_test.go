@@ -266,15 +266,7 @@ func TestAGapIsRecordedThoughTheWriteLockIsHeldAtConnect(t *testing.T) {
 // ingester goes on rather than stopping the daemon.
 func TestASweepTickSkipsAForeignWriteLock(t *testing.T) {
 	path := t.TempDir() + "/appview.db"
-	store, err := feeds.Open(context.Background(), feeds.Options{
-		Path: path, IndexAll: true,
-		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := openIndexAllStoreAt(t, path)
 	const backlog = 1000
 	events := queuedPosts(backlog, shortPost)
 	var logs syncbuf.Buffer
@@ -296,7 +288,7 @@ func TestASweepTickSkipsAForeignWriteLock(t *testing.T) {
 			cancel()
 		},
 	}
-	err = in.Run(ctx, events)
+	err := in.Run(ctx, events)
 	released.Wait()
 	if err != nil {
 		t.Fatalf("Run after a skipped sweep tick: %v", err)

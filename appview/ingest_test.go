@@ -66,16 +66,7 @@ func TestCatchupBatchesGrowToTheCatchupSize(t *testing.T) {
 // trickle at batch_size, and every event lands either way.
 func TestIngesterCommitsABacklogInLargeBatches(t *testing.T) {
 	ctx := context.Background()
-	store, err := feeds.Open(ctx, feeds.Options{
-		Path:     t.TempDir() + "/appview.db",
-		IndexAll: true,
-		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openIndexAllStore(t)
 
 	const backlog = 2500
 	events := queuedPosts(backlog, shortPost)
@@ -116,16 +107,7 @@ func TestIngesterCommitsABacklogInLargeBatches(t *testing.T) {
 // left to the next start's replay, so a stop does not wait for it.
 func TestAStoppingIngesterLeavesTheQueuedBacklog(t *testing.T) {
 	ctx := context.Background()
-	store, err := feeds.Open(ctx, feeds.Options{
-		Path:     t.TempDir() + "/appview.db",
-		IndexAll: true,
-		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openIndexAllStore(t)
 
 	const backlog = 2500
 	events := queuedPosts(backlog, shortPost)
@@ -247,8 +229,14 @@ func TestIngesterFlushesABatchAtItsByteBound(t *testing.T) {
 // posts, closed when the test ends.
 func openIndexAllStore(t *testing.T) *feeds.Store {
 	t.Helper()
+	return openIndexAllStoreAt(t, t.TempDir()+"/appview.db")
+}
+
+// openIndexAllStoreAt is openIndexAllStore at path.
+func openIndexAllStoreAt(t *testing.T, path string) *feeds.Store {
+	t.Helper()
 	store, err := feeds.Open(context.Background(), feeds.Options{
-		Path: t.TempDir() + "/appview.db", IndexAll: true,
+		Path: path, IndexAll: true,
 		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
 			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
 	})

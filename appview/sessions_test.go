@@ -22,16 +22,7 @@ import (
 func TestASessionEndedDuringALongBatchIsStillRecorded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store, err := feeds.Open(ctx, feeds.Options{
-		Path:     t.TempDir() + "/appview.db",
-		IndexAll: true,
-		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openIndexAllStore(t)
 	// One account whose follows are stored: a rebuild in index_all mode
 	// has a viewer to rebuild, in a write transaction.
 	rev := syntax.NewTID(t0, 0).String()
