@@ -36,6 +36,29 @@ func serveLog(t *testing.T, l *replayLog) (*fakeServer, <-chan *websocket.CloseE
 	return srv, closes
 }
 
+// queueKinds are the two ways the caller's queue fills: by count (out)
+// and by bytes (QueueBytes), at five events either way.
+var queueKinds = []struct {
+	name   string
+	outCap int
+	bytes  bool
+}{{"count", 5, false}, {"bytes", 100, true}}
+
+// steppedAway starts a client on a log of 50 events, with nobody taking
+// from its queue, and waits until its session has stepped away.
+func steppedAway(t *testing.T, outCap int, bytes bool, stall time.Duration) (*harness, *fakeServer, *replayLog, <-chan *websocket.CloseError) {
+	t.Helper()
+	l := newReplayLog(1795975610000000, 50)
+	srv, closes := serveLog(t, l)
+	cfg := Config{URLs: []string{srv.url}, Rewind: 5 * time.Second, StallTimeout: stall}
+	if bytes {
+		cfg.QueueBytes = 5 * eventOverhead // deletes carry no record
+	}
+	h := startClient(t, cfg, fixed(Position{}), outCap)
+	waitFor(t, "the session to step away", func() bool { return testutil.ToFloat64(h.metrics.stepAways) == 1 })
+	return h, srv, l, closes
+}
+
 // A consumer applying a long batch leaves the client's queue full, and a
 // session waiting on it reads nothing, so it answers no ping: Jetstream
 // would drop it. Once it has made progress, the session closes its
@@ -44,20 +67,9 @@ func serveLog(t *testing.T, l *replayLog) (*fakeServer, <-chan *websocket.CloseE
 // handed over: nothing is lost and no backoff is taken. The queue is full
 // by count (out) or by bytes (QueueBytes).
 func TestClientStepsAwayWhileTheQueueIsFull(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		outCap int
-		bytes  bool
-	}{{"count", 5, false}, {"bytes", 100, true}} {
+	for _, tc := range queueKinds {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newReplayLog(1795975610000000, 50)
-			srv, closes := serveLog(t, l)
-			cfg := Config{URLs: []string{srv.url}, Rewind: 5 * time.Second, StallTimeout: 50 * time.Millisecond}
-			if tc.bytes {
-				cfg.QueueBytes = 5 * eventOverhead // deletes carry no record
-			}
-			h := startClient(t, cfg, fixed(Position{}), tc.outCap)
-			waitFor(t, "the session to step away", func() bool { return testutil.ToFloat64(h.metrics.stepAways) == 1 })
+			h, srv, l, closes := steppedAway(t, tc.outCap, tc.bytes, 50*time.Millisecond)
 			select {
 			case ce := <-closes:
 				if ce.Code != websocket.CloseNormalClosure || ce.Text != "consumer busy" {
@@ -128,20 +140,9 @@ func TestClientDoesNotStepAwayDuringItsReplay(t *testing.T) {
 // reset, and redials from the committed position at once, whether the
 // queue is full by count (out) or by bytes (QueueBytes).
 func TestClientRestartWhileSteppedAway(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		outCap int
-		bytes  bool
-	}{{"count", 5, false}, {"bytes", 100, true}} {
+	for _, tc := range queueKinds {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newReplayLog(1795975610000000, 50)
-			srv, _ := serveLog(t, l)
-			cfg := Config{URLs: []string{srv.url}, Rewind: 5 * time.Second, StallTimeout: 20 * time.Millisecond}
-			if tc.bytes {
-				cfg.QueueBytes = 5 * eventOverhead // deletes carry no record
-			}
-			h := startClient(t, cfg, fixed(Position{}), tc.outCap)
-			waitFor(t, "the session to step away", func() bool { return testutil.ToFloat64(h.metrics.stepAways) == 1 })
+			h, srv, l, _ := steppedAway(t, tc.outCap, tc.bytes, 20*time.Millisecond)
 			h.client.Restart()
 			waitFor(t, "a redial", func() bool { return len(srv.dials()) == 2 })
 			if got := srv.dials()[1].Get("cursor"); got != "" {
