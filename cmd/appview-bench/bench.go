@@ -144,6 +144,13 @@ func (b *bench) daemonConfig() appview.Config {
 	// age for a gap and sent every viewer back to a first read from PDSes
 	// the bench does not run.
 	cfg.Jetstream.RetentionWindow = time.Since(time.Unix(0, 0))
+	// The fake Jetstream sends every phase in time_us order, so a
+	// reconnect (the daemon steps away while a catch-up batch holds its
+	// queue full) needs no rewind for events sent out of order, as a v2
+	// server, resuming by sequence number, needs none. The default 5 s
+	// reaches millions of frames back into the seed graph, whose follows
+	// are 1 µs apart, past what the server keeps for a replay: a gap.
+	cfg.Jetstream.Rewind = time.Millisecond
 	return cfg
 }
 
