@@ -2,6 +2,7 @@ package appview
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"github.com/atfeeds/appview/feeds"
@@ -43,10 +44,35 @@ func (l *sessionLog) add(r jetstream.SessionReport) {
 // consumer's Run has returned, so its last session is kept too.
 func (l *sessionLog) close() { close(l.reports) }
 
-// Run writes the reports until close.
+// Run writes the reports until close. A write that finds the write lock
+// held by another process past the busy timeout drops, with it, every
+// report queued by then: each would wait the busy timeout in turn, and a
+// stop drains the backlog (64 reports, over five minutes) before the
+// store closes.
 func (l *sessionLog) Run() {
 	for r := range l.reports {
-		l.write(r)
+		if err := l.write(r); errors.Is(err, feeds.ErrWriteBusy) {
+			l.dropQueued()
+		}
+	}
+}
+
+// dropQueued drops the reports waiting, and says how many.
+func (l *sessionLog) dropQueued() {
+	n := 0
+	for {
+		select {
+		case _, ok := <-l.reports:
+			if ok {
+				n++
+				continue
+			}
+		default:
+		}
+		break
+	}
+	if n > 0 {
+		l.log.Warn("jetstream sessions not recorded: another process holds the database's write lock", "dropped", n)
 	}
 }
 
@@ -55,7 +81,7 @@ func (l *sessionLog) Run() {
 // (a minute at many viewers), and the report of a session that stepped
 // away during it would be dropped; waiting here holds up no redial. A
 // write lock another process holds still fails it after the busy timeout.
-func (l *sessionLog) write(r jetstream.SessionReport) {
+func (l *sessionLog) write(r jetstream.SessionReport) error {
 	err := l.store.RecordSyncRun(context.Background(), feeds.SyncRun{
 		Kind: "jetstream", Subject: r.Host, Outcome: "disconnected", Error: r.Reason,
 		Written: r.Delivered, Skipped: r.Dropped,
@@ -65,4 +91,5 @@ func (l *sessionLog) write(r jetstream.SessionReport) {
 	if err != nil {
 		l.log.Warn("record jetstream session", "err", err)
 	}
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/internal/syncbuf"
 	"github.com/atfeeds/appview/jetstream"
 )
 
@@ -77,4 +79,30 @@ func TestASessionEndedDuringALongBatchIsStillRecorded(t *testing.T) {
 		}
 	}
 	t.Errorf("the session that ended during a %s batch was not recorded: sync runs %+v", hold, runs)
+}
+
+// With the write lock held by another process past the busy timeout, a
+// report's write fails after 5 s, and so would each report queued behind
+// it: a stop, which drains the backlog, waited that long for every one.
+// The first such failure drops the reports queued with it.
+func TestSessionReportsBehindAForeignLockAreDroppedTogether(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/appview.db"
+	store := openIndexAllStoreAt(t, path)
+	var logs syncbuf.Buffer
+	l := newSessionLog(store, slog.New(slog.NewTextHandler(&logs, nil)))
+	release := holdWriteLock(t, path)
+	defer release()
+	for i := range 3 {
+		l.add(jetstream.SessionReport{Host: "ws://jetstream.test/subscribe", Connected: time.Now(), Disconnected: time.Now(), Delivered: i})
+	}
+	l.close()
+	start := time.Now()
+	l.Run()
+	if took := time.Since(start); took > 9*time.Second {
+		t.Errorf("the queued reports took %v to give up on, one busy timeout (5 s) each", took.Round(time.Second))
+	}
+	if !strings.Contains(logs.String(), "dropped=2") {
+		t.Errorf("the two reports behind the failed one are not said to be dropped: %s", logs.String())
+	}
 }
