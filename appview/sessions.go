@@ -78,7 +78,8 @@ func (l *sessionLog) dropQueued() {
 
 // write records r. It sets no deadline: one would count the wait for the
 // store's writer, which behind a catch-up batch lasts as long as the batch
-// (a minute at many viewers), and the report of a session that stepped
+// (tens of seconds at 100,000 viewers: docs/benchmarks.md, fourteenth
+// round), and the report of a session that stepped
 // away during it would be dropped; waiting here holds up no redial. A
 // write lock another process holds still fails it after the busy timeout.
 func (l *sessionLog) write(r jetstream.SessionReport) error {

@@ -17,8 +17,8 @@ import (
 )
 
 // A session that ends while a long batch holds the store's writer (a
-// step-away ends one exactly then, and a catch-up batch at many viewers
-// takes about a minute) is still recorded once the batch is through. The
+// step-away ends one exactly then, and a catch-up batch at 100,000 viewers
+// takes tens of seconds) is still recorded once the batch is through. The
 // record's write used to be given 10 s counted from when the log took it
 // up, its wait for the writer included, and was dropped past them.
 func TestASessionEndedDuringALongBatchIsStillRecorded(t *testing.T) {

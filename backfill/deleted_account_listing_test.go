@@ -45,6 +45,33 @@ func (w *world) reactivateAccount(t *testing.T, who syntax.DID, timeUS int64) {
 	}
 }
 
+// listXDuring runs the first read of v, who follows x, which lists x's
+// 150 posts in two pages; during runs once at the second page, after the
+// first was committed. It returns x's listing and the posts stored then.
+func listXDuring(t *testing.T, during func(w *world, x syntax.DID)) (w *world, v, x syntax.DID, st feeds.Listing, stored int64) {
+	t.Helper()
+	ctx := context.Background()
+	w = newWorld(t, Config{Depth: 150})
+	v, x = w.account("v"), w.account("x")
+	w.follow(v, x, 1)
+	for i := range 150 {
+		w.post(x, 10+i)
+	}
+	w.atSecondPage(x, postNSID, func() { during(w, x) })
+	if err := w.svc.Ensure(ctx, v, "following", "c"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := w.store.ReadListing(ctx, x, postNSID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.store.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, v, x, st, c.Targets
+}
+
 // An account is deleted while a listing of its posts runs: the deletion
 // removes its records and its listing. The listing's next page, whether
 // the PDS still answered it (fetched before the PDS deleted the repo) or
@@ -61,39 +88,21 @@ func TestAListingOfAnAccountDeletedWhileItRunsStoresNothingMore(t *testing.T) {
 		{"the PDS has deleted the repo", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newWorld(t, Config{Depth: 150})
-			ctx := context.Background()
-			v, x := w.account("v"), w.account("x")
-			w.follow(v, x, 1)
-			for i := range 150 {
-				w.post(x, 10+i)
-			}
-			w.atSecondPage(x, postNSID, func() {
+			w, _, x, st, stored := listXDuring(t, func(w *world, x syntax.DID) {
 				w.deleteAccount(t, x, 5)
 				if tc.pdsDeletes {
 					w.pds.DeleteRepo(x)
 				}
 			})
-			if err := w.svc.Ensure(ctx, v, "following", "c"); err != nil {
-				t.Fatal(err)
-			}
 			if got := w.pds.Requests(x, postNSID); got != 2 {
 				t.Fatalf("setup: x's posts were asked for %d times, want 2 pages", got)
 			}
-			st, err := w.store.ReadListing(ctx, x, postNSID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := w.store.Counts(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st != (feeds.Listing{AccountDeleted: true, Deletions: 1}) || c.Targets != 0 {
+			if st != (feeds.Listing{AccountDeleted: true, Deletions: 1}) || stored != 0 {
 				t.Errorf("after x's deletion its listing stored %d of its posts again, and its listing %+v; want neither",
-					c.Targets, st)
+					stored, st)
 			}
 			// Operators see the run end as one whose repo is gone.
-			runs, err := w.store.RecentSyncRuns(ctx, 10)
+			runs, err := w.store.RecentSyncRuns(context.Background(), 10)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,33 +122,15 @@ func TestAListingOfAnAccountDeletedWhileItRunsStoresNothingMore(t *testing.T) {
 // (found by a review of schema 0016). The deletion count tells the run,
 // which lists the account afresh.
 func TestAListingOfAnAccountDeletedAndReactivatedWhileItRunsListsItAfresh(t *testing.T) {
-	w := newWorld(t, Config{Depth: 150})
-	ctx := context.Background()
-	v, x := w.account("v"), w.account("x")
-	w.follow(v, x, 1)
-	for i := range 150 {
-		w.post(x, 10+i)
-	}
-	w.atSecondPage(x, postNSID, func() {
+	w, v, x, st, stored := listXDuring(t, func(w *world, x syntax.DID) {
 		w.deleteAccount(t, x, 5)
 		w.reactivateAccount(t, x, 6)
 	})
-	if err := w.svc.Ensure(ctx, v, "following", "c"); err != nil {
-		t.Fatal(err)
-	}
 	if got := w.pds.Requests(x, postNSID); got != 4 {
 		t.Fatalf("x's posts were asked for %d times, want 2 pages, then 2 of a fresh round", got)
 	}
-	st, err := w.store.ReadListing(ctx, x, postNSID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := w.store.Counts(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !st.Complete || st.Fetched != 150 || st.Deletions != 1 || c.Targets != 150 {
-		t.Errorf("listing %+v with %d posts stored; want a complete round of all 150 under the new deletion count", st, c.Targets)
+	if !st.Complete || st.Fetched != 150 || st.Deletions != 1 || stored != 150 {
+		t.Errorf("listing %+v with %d posts stored; want a complete round of all 150 under the new deletion count", st, stored)
 	}
 	if feed := w.page(t, v, 200); len(feed) != 150 {
 		t.Errorf("v's feed holds %d of x's posts, want 150", len(feed))
