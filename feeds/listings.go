@@ -111,9 +111,8 @@ type ListingResult struct {
 	// event deleted it, usually while the listing ran), or of a run begun
 	// before a deletion that a reactivation has undone since
 	// (Listing.Deletions): nothing was written, neither records nor the
-	// listing state. The deletion removed
-	// them (deleteAccount), and the page's cursor would stand for rows no
-	// longer stored.
+	// listing state. The deletion removed them (deleteAccount), and the
+	// page's cursor would stand for rows no longer stored.
 	AccountDeleted bool
 	// Removed counts stored records (or follows) in the page's span that
 	// the page did not list, deleted as the PDS no longer has them.
