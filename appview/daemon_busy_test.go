@@ -2,7 +2,6 @@ package appview
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,32 +16,9 @@ import (
 
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/internal/syncbuf"
+	"github.com/atfeeds/appview/internal/writelock"
 	"github.com/atfeeds/appview/jetstream/jetstreamtest"
 )
-
-// holdWriteLock takes the database's write lock from a connection of its
-// own, as an operator command's long transaction would, until release.
-func holdWriteLock(t *testing.T, path string) (release func()) {
-	t.Helper()
-	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { other.Close() })
-	conn, err := other.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // An operator command beside the daemon (a rebuild's chunk, a backfill's
 // page) may hold the write lock longer than the daemon's busy timeout.
@@ -55,7 +31,7 @@ func TestIngestWaitsOutAWriteLockHeldElsewhere(t *testing.T) {
 	path := t.TempDir() + "/appview.db"
 	td := startDaemon(t, js, testConfig(t, js, path))
 
-	release := holdWriteLock(t, path)
+	release := writelock.Hold(t, path)
 	js.Append(
 		jetstreamtest.Follow(followNSID, user("alice"), "f1", user("carol"), t0+1),
 		jetstreamtest.Post(user("carol"), "p1", t0+2, "written while the lock was held elsewhere"),
@@ -92,7 +68,7 @@ func TestTheConsumerStepsAwayWhileABatchWaitsAndLosesNothing(t *testing.T) {
 	js.Append(jetstreamtest.Follow(followNSID, user("alice"), "f0", user("carol"), t0))
 	td.waitCursor(t, t0) // the session has made progress: it may step away
 
-	release := holdWriteLock(t, path)
+	release := writelock.Hold(t, path)
 	const posts = 100
 	var want []string
 	for i := posts; i >= 1; i-- {
@@ -138,7 +114,7 @@ func TestAReconnectDoesNotWaitForTheSessionRecord(t *testing.T) {
 	js.DropEvery(1) // read by each connection as it opens
 	path := t.TempDir() + "/appview.db"
 	td := startDaemon(t, js, testConfig(t, js, path))
-	release := holdWriteLock(t, path) // its cleanup ends it if the test fails first
+	release := writelock.Hold(t, path) // its cleanup ends it if the test fails first
 	before := len(js.Queries())
 	js.Append(jetstreamtest.Post(user("carol"), "p1", t0+1, "then the connection drops"))
 	if !js.WaitConnections(before+1, 2*time.Second) {
@@ -165,7 +141,7 @@ func TestNotifyAnswers503WhenTheWriteLockIsHeldElsewhere(t *testing.T) {
 	rk := rkeyAt(time.Now())
 	n.pdsPost(carol, rk, time.Now())
 
-	release := holdWriteLock(t, cfg.Database.Path)
+	release := writelock.Hold(t, cfg.Database.Path)
 	status, body := td.notifyCall(t, testNotifySecret, `{"uri":"`+postURI(carol, rk)+`"}`)
 	release()
 	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "NotEnoughResources") {
@@ -219,7 +195,7 @@ func TestAGapIsRecordedThoughTheWriteLockIsHeldAtConnect(t *testing.T) {
 	td := &testDaemon{Daemon: d, base: "http://" + l.Addr().String()}
 
 	// An operator command (rebuild, backfill) holds the write lock.
-	release := holdWriteLock(t, path)
+	release := writelock.Hold(t, path)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -278,7 +254,7 @@ func TestASweepTickSkipsAForeignWriteLock(t *testing.T) {
 		log: slog.New(slog.NewTextHandler(&logs, nil)),
 		afterCommit: func(feeds.BatchResult) {
 			// Held from the batch's commit until the tick gave up on it.
-			release := holdWriteLock(t, path)
+			release := writelock.Hold(t, path)
 			released.Go(func() {
 				for !strings.Contains(logs.String(), "sweep tick skipped") {
 					time.Sleep(20 * time.Millisecond)

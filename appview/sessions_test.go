@@ -13,6 +13,7 @@ import (
 
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/internal/syncbuf"
+	"github.com/atfeeds/appview/internal/writelock"
 	"github.com/atfeeds/appview/jetstream"
 )
 
@@ -91,7 +92,7 @@ func TestSessionReportsBehindAForeignLockAreDroppedTogether(t *testing.T) {
 	store := openIndexAllStoreAt(t, path)
 	var logs syncbuf.Buffer
 	l := newSessionLog(store, slog.New(slog.NewTextHandler(&logs, nil)))
-	release := holdWriteLock(t, path)
+	release := writelock.Hold(t, path)
 	defer release()
 	for i := range 3 {
 		l.add(jetstream.SessionReport{Host: "ws://jetstream.test/subscribe", Connected: time.Now(), Disconnected: time.Now(), Delivered: i})
