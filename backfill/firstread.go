@@ -24,10 +24,11 @@ type firstRead struct {
 }
 
 // Ensure makes sure the viewer's feed has had its first read. A complete
-// viewer returns at once (its registration refreshed at most hourly). A
-// new viewer is registered, its first read starts (or is joined, if one
-// is running) in the background, and Ensure waits for it up to
-// FirstReadWait: the caller then serves whatever the feed holds.
+// viewer returns at once: its last-read time, refreshed at most hourly,
+// is written later (touchLater). A new viewer is registered, its first
+// read starts (or is joined, if one is running) in the background, and
+// Ensure waits for it up to FirstReadWait: the caller then serves
+// whatever the feed holds.
 //
 // client identifies the caller (its address) for the per-client limit on
 // new viewers; a rejected first read is a *RejectedError. An actor that
@@ -46,7 +47,7 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 	until, waiting := s.notDue[key]
 	forgets := s.forgets
 	s.mu.Unlock()
-	if complete && now.Sub(touched) < time.Hour {
+	if complete && now.Sub(touched) < feeds.LastReadResolution {
 		return nil
 	}
 	if waiting && now.Before(until) {
@@ -54,19 +55,25 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 	}
 	var slot *queueSlot
 	switch {
-	case complete || running:
-		// Known to this process: its last read is due (or a run is on).
-	case s.store.KnownViewer(viewer, feed):
-		// Known, but not to this process (it started since): a read-pool
-		// lookup spares the write, and the wait for the writer, while the
-		// stored last read is fresh. It is remembered from that time, so
-		// the write comes when RegisterViewer would make it.
-		lastRead, fresh, err := s.store.FreshViewer(ctx, viewer, feed, now)
+	case running:
+		// A run is on: RegisterViewer below, then join it.
+	case complete || s.store.KnownViewer(viewer, feed):
+		// Known, to this process with its last read due, or only to the
+		// database (the process started since). The read pool says
+		// whether it is still complete (an operator's reset, a gap,
+		// another process's retirement are noticed within the hour)
+		// without the wait for the writer.
+		lastRead, done, err := s.store.StoredViewer(ctx, viewer, feed)
 		if err != nil {
 			return fmt.Errorf("read viewer: %w", err)
 		}
-		if fresh {
+		if done && now.Sub(lastRead) < feeds.LastReadResolution {
+			// Nothing to write until an hour after the stored read.
 			s.markComplete(key, lastRead, forgets)
+			return nil
+		}
+		if done && s.touchLater(viewer, feed, lastRead, now) {
+			s.markComplete(key, now, forgets)
 			return nil
 		}
 	default:

@@ -15,7 +15,7 @@ import (
 // first, and markComplete then put the viewer back, so its reads within
 // the hour were answered from memory without the rebuild the gap asks for
 // (found by a review of edff21e). The same window lies between any
-// database read that finds a viewer complete (FreshViewer,
+// database read that finds a viewer complete (StoredViewer,
 // RegisterViewer) and its markComplete; here the clock's hook commits the
 // gap right after the first read did.
 func TestAGapJustAfterAFirstReadCompletesIsNotHidden(t *testing.T) {
@@ -28,7 +28,7 @@ func TestAGapJustAfterAFirstReadCompletesIsNotHidden(t *testing.T) {
 		if !armed.Load() {
 			return
 		}
-		if _, fresh, _ := w.store.FreshViewer(ctx, viewer, "following", now); fresh {
+		if _, complete, _ := w.store.StoredViewer(ctx, viewer, "following"); complete {
 			once.Do(func() {
 				// The gap lands just after the first read committed.
 				if _, err := w.store.RecordGap(ctx, feeds.Gap{Detected: now, CursorUS: 1, Size: time.Hour}); err != nil {
@@ -45,7 +45,7 @@ func TestAGapJustAfterAFirstReadCompletesIsNotHidden(t *testing.T) {
 		t.Fatal(err)
 	}
 	armed.Store(false)
-	if _, fresh, _ := w.store.FreshViewer(ctx, viewer, "following", w.clock); fresh {
+	if _, complete, _ := w.store.StoredViewer(ctx, viewer, "following"); complete {
 		t.Fatal("the gap did not land: the viewer is still complete in the database")
 	}
 	// The database says the viewer is due a rebuild; the next read within
@@ -61,7 +61,7 @@ func TestAGapJustAfterAFirstReadCompletesIsNotHidden(t *testing.T) {
 }
 
 // markComplete drops what was read before a forgetComplete (a gap, a
-// retirement), the way Ensure's FreshViewer and RegisterViewer paths use
+// retirement), the way Ensure's StoredViewer and RegisterViewer paths use
 // it, and keeps what was read after.
 func TestMarkCompleteKeepsNothingReadBeforeAForget(t *testing.T) {
 	w := newWorld(t, Config{})

@@ -22,6 +22,7 @@ type Metrics struct {
 	longCursors   prometheus.Counter
 	unlisted      prometheus.Counter
 	restored      prometheus.Counter
+	lastReadCount *prometheus.CounterVec
 }
 
 // NewMetrics registers the backfill metrics on reg.
@@ -83,6 +84,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: ns, Subsystem: "backfill", Name: "unlisted_restored_total",
 		Help: "Records and follows a listing had taken for deleted that a later listing found again and restored (a PDS that answered inconsistently, or a clock far off).",
 	})
+	m.lastReadCount = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: "viewer", Name: "last_read_writes_total",
+		Help: "Complete viewers' last-read times written after their read was served, by result: written, failed (kept the older time), queue_full (the read wrote its own before it was served).",
+	}, []string{"result"})
+	reg.MustRegister(m.lastReadCount)
 	reg.MustRegister(m.rejections, m.droppedRecs, m.longCursors, m.unlisted, m.restored)
 	reg.MustRegister(m.firstReads, m.firstReadTime, m.waitedOut, m.runs, m.runTime, m.pdsRequests, m.queue, m.dropped)
 	return m
@@ -95,6 +101,12 @@ func (m *Metrics) firstRead(outcome string, took time.Duration) {
 	m.firstReads.WithLabelValues(outcome).Inc()
 	if took > 0 {
 		m.firstReadTime.Observe(took.Seconds())
+	}
+}
+
+func (m *Metrics) lastReads(result string, n int) {
+	if m != nil {
+		m.lastReadCount.WithLabelValues(result).Add(float64(n))
 	}
 }
 

@@ -143,6 +143,8 @@ type Service struct {
 	stopping bool
 
 	queue chan feeds.FollowEdge
+	// touches are complete viewers' last reads, waiting for writeTouches.
+	touches chan feeds.ViewerTouch
 	// bg is the daemon's lifetime: background runs outlive the request
 	// that started them. It exists from New, since getFeed may start a
 	// first read before Run, and ends when Run's context does
@@ -190,6 +192,7 @@ func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, 
 		accounts: map[accountKey]*accountRun{},
 		paused:   map[string]time.Time{},
 		queue:    make(chan feeds.FollowEdge, cfg.QueueSize),
+		touches:  make(chan feeds.ViewerTouch, touchQueueSize),
 	}
 	s.bg, s.stopBG = context.WithCancel(context.Background())
 	for _, f := range fs {
@@ -222,6 +225,11 @@ func (s *Service) Run(ctx context.Context) error {
 			every(ctx, loop.interval, func() { loop.run(ctx) })
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.writeTouches(ctx)
+	}()
 	for range max(1, s.cfg.Concurrency/4) {
 		wg.Add(1)
 		go func() {

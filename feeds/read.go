@@ -226,7 +226,7 @@ type readStatements struct {
 	viewerID *sql.Stmt
 	page     *sql.Stmt
 	records  *sql.Stmt
-	// viewer is FreshViewer's: every viewer's first read after a start
+	// viewer is StoredViewer's: every viewer's first read after a start
 	// asks it, as many as there are viewers.
 	viewer *sql.Stmt
 }

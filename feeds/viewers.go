@@ -18,13 +18,13 @@ type ViewerStatus struct {
 	NextRetry  time.Time
 	ClaimOwner string
 	ClaimUntil time.Time
-	// LastRead is the stored last-read time, kept to lastReadResolution.
+	// LastRead is the stored last-read time, kept to LastReadResolution.
 	LastRead time.Time
 }
 
-// lastReadResolution is how stale a viewer's last-read time may get before
+// LastReadResolution is how stale a viewer's last-read time may get before
 // a read writes it again: at most one write per viewer per hour.
-const lastReadResolution = time.Hour
+const LastReadResolution = time.Hour
 
 // RegisterViewer makes the actor a viewer of the feed (its first read) or
 // refreshes its last-read time, and returns its first-read state. From
@@ -44,7 +44,7 @@ func (s *Store) RegisterViewer(ctx context.Context, viewer syntax.DID, feed stri
 			INSERT INTO viewers (actor_id, feed, registered_us, last_read_us) VALUES (?1, ?2, ?3, ?3)
 			ON CONFLICT (actor_id, feed) DO UPDATE SET last_read_us = excluded.last_read_us
 			WHERE viewers.last_read_us < excluded.last_read_us - ?4`,
-			id, feed, nowUS, lastReadResolution.Microseconds()); err != nil {
+			id, feed, nowUS, LastReadResolution.Microseconds()); err != nil {
 			return fmt.Errorf("register viewer: %w", err)
 		}
 		if !s.viewers.has(viewer, feed) {
@@ -76,19 +76,19 @@ func readViewerStatus(ctx context.Context, tx *sql.Tx, actorID int64, feed strin
 	return st, nil
 }
 
-// readViewerSQL is FreshViewer's query, prepared on the read pool.
+// readViewerSQL is StoredViewer's query, prepared on the read pool.
 const readViewerSQL = `
 	SELECT v.state, v.last_read_us FROM viewers v JOIN actors a ON a.id = v.actor_id
 	WHERE a.did = ? AND v.feed = ?`
 
-// FreshViewer reports, from the read pool and without waiting for the
-// writer, whether the viewer's first read of the feed is complete and its
-// last read was stored less than lastReadResolution before now: then a
-// read has nothing to write (RegisterViewer would change nothing) until
-// lastRead plus lastReadResolution. A process that has just started
-// knows no viewer yet, and without this every viewer's next read would
-// queue a write transaction behind the ingest batches.
-func (s *Store) FreshViewer(ctx context.Context, viewer syntax.DID, feed string, now time.Time) (lastRead time.Time, fresh bool, err error) {
+// StoredViewer reads from the read pool, without waiting for the writer,
+// whether the viewer's first read of the feed is complete and when its
+// last read was stored (zero for an unknown viewer). A process that has
+// just started knows no viewer yet, and a read that had to ask
+// RegisterViewer would queue a write transaction behind the ingest
+// batches: a page, a few milliseconds, would wait out a batch, up to a
+// second in catch-up (docs/benchmarks.md, fifteenth round).
+func (s *Store) StoredViewer(ctx context.Context, viewer syntax.DID, feed string) (lastRead time.Time, complete bool, err error) {
 	var state string
 	var lastUS int64
 	err = s.reads.viewer.QueryRowContext(ctx, string(viewer), feed).Scan(&state, &lastUS)
@@ -98,8 +98,35 @@ func (s *Store) FreshViewer(ctx context.Context, viewer syntax.DID, feed string,
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("read viewer: %w", err)
 	}
-	lastRead = fromMicros(lastUS)
-	return lastRead, state == "complete" && now.Sub(lastRead) < lastReadResolution, nil
+	return fromMicros(lastUS), state == "complete", nil
+}
+
+// ViewerTouch is a read of a complete viewer's feed whose last-read time
+// is written later, by TouchViewers.
+type ViewerTouch struct {
+	Viewer syntax.DID
+	Feed   string
+	At     time.Time
+}
+
+// TouchViewers stores the last-read times of reads already served, in one
+// write transaction. A viewer retired meanwhile stays retired (the row is
+// gone, nothing is written), and a time never moves back.
+func (s *Store) TouchViewers(ctx context.Context, touches []ViewerTouch) error {
+	if len(touches) == 0 {
+		return nil
+	}
+	return s.write(ctx, func(w *txWriter) error {
+		for _, t := range touches {
+			if _, err := w.tx.ExecContext(ctx, `
+				UPDATE viewers SET last_read_us = ?3
+				WHERE actor_id = (SELECT id FROM actors WHERE did = ?1) AND feed = ?2 AND last_read_us < ?3`,
+				string(t.Viewer), t.Feed, t.At.UnixMicro()); err != nil {
+				return fmt.Errorf("touch viewer: %w", err)
+			}
+		}
+		return nil
+	})
 }
 
 // ClaimFirstRead takes the first-read run of (viewer, feed) for owner with
