@@ -29,9 +29,9 @@ func TestDaemonPutsItsPageCachesInASlab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 16 MiB for the writer, 8 for each of 4 readers, 8 for temp tables.
-	if want := int64(56 << 20 / 4096); u.Slots != want {
-		t.Errorf("slab of %d slots, want %d: one 4 KiB page each for the 56 MiB of caches", u.Slots, want)
+	// 16 MiB for the writer, 2 for each of 4 readers, 8 for temp tables.
+	if want := int64(32 << 20 / 4096); u.Slots != want {
+		t.Errorf("slab of %d slots, want %d: one 4 KiB page each for the 32 MiB of caches", u.Slots, want)
 	}
 	if got, want := td.metricValue(t, "appview_sqlite_page_slab_bytes"), float64(u.Slots*u.SlotBytes); got != want {
 		t.Errorf("appview_sqlite_page_slab_bytes = %v, want %v", got, want)

@@ -186,8 +186,16 @@ const DefaultCacheMB = 64
 
 // readerCacheMB is the page cache of each read connection, and
 // defaultReadConns the size of the read pool when Options leave it unset.
+//
+// A read connection's cache is small because it does not last: in WAL
+// mode SQLite empties it at the start of any read transaction that finds
+// the database changed, and a live stream commits a batch every 100 ms.
+// It holds what one page read touches twice (the b-trees' upper levels)
+// and little more. 2 MiB served getFeed as 8 MiB did, and the page slab,
+// resident from the start, is 24 MiB smaller (docs/benchmarks.md,
+// fifteenth round). The record cache is what lasts across commits.
 const (
-	readerCacheMB    = 8
+	readerCacheMB    = 2
 	defaultReadConns = 4
 )
 

@@ -10,7 +10,7 @@
 //
 // The quarters start after the seed graph and the -warmup events: while
 // the database is smaller than SQLite's page caches (64 MiB for the writer,
-// 8 MiB per reader by default), RSS grows with it. A million events outgrow that in
+// 2 MiB per reader by default), RSS grows with it. A million events outgrow that in
 // the first quarter; a short run needs the warm-up to measure the plateau.
 //
 // The daemon runs in index_all mode with the default feed (cap 200, merge
