@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -68,7 +69,7 @@ func main() {
 	flag.DurationVar(&o.readDuration, "read-duration", 5*time.Second, "how long the getFeed clients measure")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "getFeed client warm-up before measuring")
 	flag.IntVar(&o.readClients, "read-clients", 8, "concurrent getFeed clients")
-	flag.Float64Var(&o.readRate, "read-rate", 1000, "ingest rate (events/s) while the clients read")
+	flag.Float64Var(&o.readRate, "read-rate", 1000, "ingest rate (events/s) while the clients read; 0 reads with no ingest")
 	flag.IntVar(&o.limit, "limit", 50, "getFeed page size")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed ingest to this file")
 	flag.StringVar(&o.tenthProfiles, "tenth-profiles", "", "write one CPU profile of the timed ingest per tenth into this directory (tenth01.prof … tenth10.prof; compare with pprof -diff_base); not with -cpuprofile")
@@ -110,6 +111,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	if o.events < 10 {
 		return errors.New("-events: must be at least 10")
+	}
+	if o.readRate < 0 || math.IsNaN(o.readRate) || math.IsInf(o.readRate, 0) {
+		return fmt.Errorf("-read-rate: %v: want 0 (no ingest while the clients read) or more", o.readRate)
 	}
 	if o.tenthProfiles != "" {
 		if o.cpuProfile != "" {

@@ -21,8 +21,12 @@ func (b *bench) readPhase(ctx context.Context) (clientResult, error) {
 	var res clientResult
 	// A database reused from an earlier read phase is ahead of the log:
 	// its frames are skipped, not paced.
-	resume := replay.After(replay.Stream(b.stream, -1), b.daemon.Store().Cursor().TimeUS)
-	b.playlist.Add(replay.Throttle(resume, b.o.readRate))
+	// -read-rate 0 adds none: Throttle needs a positive rate (0 made
+	// its interval overflow, and the rest of the stream came unpaced).
+	if b.o.readRate > 0 {
+		resume := replay.After(replay.Stream(b.stream, -1), b.daemon.Store().Cursor().TimeUS)
+		b.playlist.Add(replay.Throttle(resume, b.o.readRate))
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return res, err

@@ -3,6 +3,7 @@ package replay
 import (
 	"bytes"
 	"context"
+	"math"
 	"net/http"
 	"strconv"
 	"testing"
@@ -173,5 +174,21 @@ func TestNotFound(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusNotFound {
 		t.Fatalf("status %d, want 404", res.StatusCode)
+	}
+}
+
+// A rate of 0 made the interval overflow, and the stream came unpaced: a
+// bench asked for reads with no ingest got a full-speed catch-up instead.
+func TestThrottleRefusesARateThatIsNotPositive(t *testing.T) {
+	w := smallWorkload(t)
+	for _, rate := range []float64{0, -1, math.NaN()} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Throttle(%v) did not panic", rate)
+				}
+			}()
+			Throttle(Stream(w.Stream(), -1), rate)
+		}()
 	}
 }

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -59,7 +60,11 @@ func (a *after) Next(ctx context.Context) (workload.Frame, error) {
 // Throttle paces src to perSecond frames a second from the first call. A
 // reader that falls behind catches up by at most maxBurst worth of frames
 // (timer and scheduling jitter), not in a burst after a long stall.
+// perSecond must be positive.
 func Throttle(src Source, perSecond float64) Source {
+	if !(perSecond > 0) {
+		panic(fmt.Sprintf("replay.Throttle: rate %v: want a positive rate", perSecond))
+	}
 	return &throttle{src: src, interval: time.Duration(float64(time.Second) / perSecond)}
 }
 
