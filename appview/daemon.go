@@ -357,10 +357,32 @@ func OpenStore(ctx context.Context, cfg Config) (*feeds.Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid config: %w", err)
 	}
-	if _, err := os.Stat(cfg.Database.Path); errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("no database at %s: give the command the daemon's config and run it where the daemon runs (a relative database.path is read from the working directory)", DatabasePath(cfg))
+	if err := mustExist(cfg); err != nil {
+		return nil, err
 	}
 	return openStore(ctx, cfg)
+}
+
+// MigrateStore brings the configured database to this build's schema
+// (appview migrate), and returns the versions before and after. The
+// other operator commands refuse an older schema (feeds.ErrSchemaBehind).
+func MigrateStore(ctx context.Context, cfg Config) (from, to int, err error) {
+	if err := cfg.Validate(); err != nil {
+		return 0, 0, fmt.Errorf("invalid config: %w", err)
+	}
+	if err := mustExist(cfg); err != nil {
+		return 0, 0, err
+	}
+	return feeds.Migrate(ctx, cfg.Database.Path)
+}
+
+// mustExist fails, saying what to check, when the configured database
+// does not exist: an operator command does not make one.
+func mustExist(cfg Config) error {
+	if _, err := os.Stat(cfg.Database.Path); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("no database at %s: give the command the daemon's config and run it where the daemon runs (a relative database.path is read from the working directory)", DatabasePath(cfg))
+	}
+	return nil
 }
 
 // OpenOrCreateStore is OpenStore for a command that may prepare a

@@ -65,6 +65,12 @@ type Options struct {
 	// (syncLanes), and a command run with another config would disable
 	// the running daemon's lanes. A database that holds none yet (a new
 	// file) takes them, as the daemon would.
+	//
+	// For the same reason a database at an older schema version than this
+	// build's is refused (ErrSchemaBehind) rather than migrated: the
+	// migration would change the schema under an older daemon running on
+	// it, which could then not start again on its own file. Migrate
+	// upgrades it, with the daemon stopped.
 	Existing bool
 	// IndexAll makes every account whose follows are stored a viewer of
 	// every feed. Otherwise only registered viewers (those who read their
@@ -345,6 +351,11 @@ func (s *Store) init(ctx context.Context, opts Options) error {
 	}
 	if mode != "wal" {
 		return fmt.Errorf("open database: journal_mode is %q, want wal (is the file on a filesystem without shared memory?)", mode)
+	}
+	if opts.Existing {
+		if err := refuseOlderSchema(ctx, s.writer); err != nil {
+			return err
+		}
 	}
 	if err := schema.Migrate(ctx, s.writer); err != nil {
 		return fmt.Errorf("migrate database: %w", err)

@@ -65,23 +65,40 @@ func Latest() int {
 // step. A database written by a newer build is refused rather than
 // half-understood.
 func Migrate(ctx context.Context, db *sql.DB) error {
+	return MigrateTo(ctx, db, Latest())
+}
+
+// MigrateTo brings the database up to version (at most Latest), one
+// transaction per step; a database at or past it is left as it is, unless
+// it is newer than this build.
+func MigrateTo(ctx context.Context, db *sql.DB, version int) error {
 	ms, err := Migrations()
 	if err != nil {
 		return err
 	}
-	var current int
-	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
+	current, err := Version(ctx, db)
+	if err != nil {
+		return err
 	}
 	if current > len(ms) {
 		return fmt.Errorf("database schema version %d is newer than this build supports (%d): upgrade the daemon", current, len(ms))
 	}
-	for _, m := range ms[current:] {
+	for _, m := range ms[current:min(max(version, current), len(ms))] {
 		if err := apply(ctx, db, m); err != nil {
 			return fmt.Errorf("apply migration %s: %w", m.Name, err)
 		}
 	}
 	return nil
+}
+
+// Version is the database's schema version: the last migration applied,
+// 0 for a new file.
+func Version(ctx context.Context, db *sql.DB) (int, error) {
+	var v int
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
 }
 
 func apply(ctx context.Context, db *sql.DB, m Migration) error {

@@ -22,8 +22,8 @@ func openDB(t *testing.T) *sql.DB {
 
 func version(t *testing.T, db *sql.DB) int {
 	t.Helper()
-	var v int
-	if err := db.QueryRow("PRAGMA user_version").Scan(&v); err != nil {
+	v, err := Version(context.Background(), db)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return v
@@ -46,19 +46,19 @@ func TestMigrateFromEmptyAndIsIdempotent(t *testing.T) {
 	}
 }
 
-// TestMigrateFromEachEarlierVersion applies the first k steps by hand, then
-// lets Migrate finish: every older database upgrades.
+// TestMigrateFromEachEarlierVersion applies the first k steps (MigrateTo),
+// then lets Migrate finish: every older database upgrades.
 func TestMigrateFromEachEarlierVersion(t *testing.T) {
-	ms, err := Migrations()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k := 1; k < len(ms); k++ {
+	for k := 1; k < Latest(); k++ {
 		db := openDB(t)
-		for _, m := range ms[:k] {
-			if err := apply(context.Background(), db, m); err != nil {
-				t.Fatal(err)
-			}
+		if err := MigrateTo(context.Background(), db, k); err != nil {
+			t.Fatal(err)
+		}
+		if got := version(t, db); got != k {
+			t.Fatalf("MigrateTo(%d) ended at %d", k, got)
+		}
+		if err := MigrateTo(context.Background(), db, k-1); err != nil || version(t, db) != k {
+			t.Fatalf("MigrateTo(%d) on a database at %d: err %v, version %d; want nothing done", k-1, k, err, version(t, db))
 		}
 		if err := Migrate(context.Background(), db); err != nil {
 			t.Fatalf("upgrade from version %d: %v", k, err)

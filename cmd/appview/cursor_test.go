@@ -37,6 +37,7 @@ func TestCommandsRefuseAMissingDatabase(t *testing.T) {
 		{"cursor", "reset", "jetstream"},
 		{"audit"},
 		{"rebuild", "--feed", "following"},
+		{"migrate"},
 	} {
 		_, _, err := runCmd(t, env, args...)
 		if err == nil || !strings.Contains(err.Error(), "no database at "+path) {

@@ -8,6 +8,7 @@
 //	appview audit
 //	appview backfill --actor DID|HANDLE [--feed NAME]
 //	appview rebuild --feed NAME
+//	appview migrate
 //
 // Each command lives in its own file; this one only dispatches.
 package main
@@ -65,6 +66,8 @@ func dispatch(ctx context.Context, args, environ []string, stdout, stderr io.Wri
 		return backfillCmd(ctx, args[1:], environ, stdout, stderr)
 	case "rebuild":
 		return rebuildCmd(ctx, args[1:], environ, stdout, stderr)
+	case "migrate":
+		return migrateCmd(ctx, args[1:], environ, stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return nil
@@ -108,10 +111,14 @@ func usage(w io.Writer) {
   appview rebuild --feed NAME [--chunk N]
                                     rebuild every viewer's items in a feed from the
                                     stored records and follows
+  appview migrate [--config FILE]   bring the database to this build's schema; run it
+                                    with the daemon stopped (serve migrates too)
 
 backfill and rebuild show progress on stderr (a bar on a terminal, a log
 line every --progress-every otherwise), are safe while the daemon runs, and
-resume where they stopped when run again after Ctrl-C or SIGTERM.
+resume where they stopped when run again after Ctrl-C or SIGTERM. The
+commands that open the database refuse one at an older schema than their
+build's, which may be a running older daemon's: migrate it first.
 
 Scalar config keys can also be set from the environment: APPVIEW_ plus the
 key path in upper snake case (APPVIEW_DATABASE_PATH, APPVIEW_HTTP_LISTEN,
