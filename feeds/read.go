@@ -123,13 +123,12 @@ type pageRecords struct {
 // names no other record; the sort key and collection are checked anyway.
 func (s *Store) pageItems(ctx context.Context, src pageRecords, l *lane, keys []PageKey) ([]Item, error) {
 	recs := make([]*cachedRecord, len(keys))
-	// Hits are taken only if no commit changing records was under way
-	// when the keys were read, and kept only if none ran meanwhile: the
-	// keys may be newer than what the cache has not yet forgotten.
-	useHits := src.cached && s.recordCache.unchangedSince(src.epoch)
+	// The cache holds no version of a record older than its last
+	// committed change (record_cache.go), so a hit is never older than
+	// the keys.
 	var missing, hits []int
 	for i, k := range keys {
-		if useHits {
+		if src.cached {
 			if r, ok := s.recordCache.get(k.RecordID); ok {
 				recs[i] = r
 				hits = append(hits, i)
@@ -137,12 +136,6 @@ func (s *Store) pageItems(ctx context.Context, src pageRecords, l *lane, keys []
 			}
 		}
 		missing = append(missing, i)
-	}
-	if len(hits) > 0 && !s.recordCache.unchangedSince(src.epoch) {
-		for _, i := range hits {
-			recs[i] = nil
-		}
-		missing, hits = append(missing, hits...), nil
 	}
 	if len(missing) > 0 {
 		if err := s.readMissing(ctx, src, string(l.collection), keys, recs, missing); err != nil {
