@@ -379,3 +379,28 @@ func FuzzGetFeedParams(f *testing.F) {
 		}
 	})
 }
+
+// A page larger than net/http's 2 KiB buffer carries its length and goes
+// out whole: it was sent chunked, a write more on the connection.
+func TestGetFeedAnswersWithItsLength(t *testing.T) {
+	r := newFakeReader()
+	var items []feeds.Item
+	for i := range 50 {
+		items = append(items, postItem(bob, fmt.Sprintf("3l%010dz", i), int64(1795975616000000-i), int64(100-i),
+			`{"$type":"app.bsky.feed.post","createdAt":"2026-11-30T12:00:00Z","text":"`+strings.Repeat("x", 200)+`"}`))
+	}
+	r.add(cursorScope{Feed: "following", Actor: alice, Collection: posts}, items...)
+	base := serve(t, testConfig(r))
+	res, err := http.Get(base + getFeedURL + "?feed=following&actor=" + string(alice) + "&limit=50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var page struct{ Records []json.RawMessage }
+	if err := json.NewDecoder(res.Body).Decode(&page); err != nil || len(page.Records) != 50 {
+		t.Fatalf("page: %d records, %v", len(page.Records), err)
+	}
+	if res.ContentLength < 10_000 || len(res.TransferEncoding) != 0 {
+		t.Errorf("Content-Length %d, Transfer-Encoding %v: want the length of a page of 50 and no chunking", res.ContentLength, res.TransferEncoding)
+	}
+}
