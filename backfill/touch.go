@@ -26,8 +26,9 @@ const touchQueueSize = 4096
 const touchBatch = 1000
 
 // touchStopWait bounds how long a stopping service spends on the writes
-// still queued. One lost costs nothing but a write at the viewer's next
-// read.
+// still queued (a write already waiting for another process's lock may
+// take its busy timeout). One lost costs nothing but a write at the
+// viewer's next read.
 const touchStopWait = 2 * time.Second
 
 // touchLater queues the write of a complete viewer's last read, stored
@@ -80,7 +81,7 @@ func (s *Service) writeTouches(ctx context.Context) {
 // to touchBatch, in one transaction, and reports whether it wrote any.
 // While it waits for the writer, more reads queue theirs for the next.
 func (s *Service) writeTouchBatch(ctx context.Context, first *feeds.ViewerTouch) bool {
-	batch := make([]feeds.ViewerTouch, 0, touchBatch)
+	batch := make([]feeds.ViewerTouch, 0, min(touchBatch, len(s.touches)+1))
 	if first != nil {
 		batch = append(batch, *first)
 	}

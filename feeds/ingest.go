@@ -175,7 +175,7 @@ type txWriter struct {
 	// viewerChanges reach the in-memory viewer set once committed.
 	viewerChanges []viewerChange
 	// changedRecords were updated or deleted; the record cache forgets
-	// them once committed.
+	// them before the commit.
 	changedRecords []int64
 	// identities had an identity event; the identity log hears of them
 	// once committed.

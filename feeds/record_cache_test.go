@@ -106,10 +106,6 @@ func TestRecordCacheForgetsADeletedAccount(t *testing.T) {
 	}
 }
 
-// TestPageRaceWithADeleteAndAReusedID deletes the newest post between a
-// page's two reads and hands its id to another author's post: the page
-// must not show that post under the deleted one's key, and must still
-
 // A record read on every page survives a stream of records read once,
 // which are evicted oldest first: the bound evicts by recency of use, not
 // of insertion.
@@ -133,7 +129,12 @@ func TestRecordCacheKeepsARecordReadOften(t *testing.T) {
 	}
 }
 
-// lead on to the older items.
+// TestPageRaceWithADeleteAndAReusedID deletes the newest post between a
+// page's two reads and stores another author's post: the page must not
+// show that post under the deleted one's key, and must still lead on to
+// the older items. It was written when a deleted record's id could be
+// handed out again; since schema 0014 ids are never reused, and it guards
+// the same answer.
 func TestPageRaceWithADeleteAndAReusedID(t *testing.T) {
 	for _, cached := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cached=%v", cached), func(t *testing.T) {
@@ -143,9 +144,9 @@ func TestPageRaceWithADeleteAndAReusedID(t *testing.T) {
 			s.afterPageKeys = func() {
 				s.afterPageKeys = nil
 				apply(t, s, unpost("carol", "new", 20))
-				apply(t, s, post("dave", "other", 21)) // takes the freed id
+				apply(t, s, post("dave", "other", 21))
 				if cached {
-					firstPage(t, s, "bob") // caches dave's post under that id
+					firstPage(t, s, "bob") // caches dave's post
 				}
 			}
 			p, err := s.ReadFeed(context.Background(), PageQuery{Feed: "following", Viewer: did("alice"), Collection: postNSID, Limit: 1})
@@ -259,10 +260,12 @@ func TestRecordCacheUnderConcurrentEdits(t *testing.T) {
 	}
 }
 
-// A page read in the moment between a commit and the record cache's
-// forgetting what it changed must not show a record the commit deleted:
-// here the commit deletes a cached post and stores another under its
-// freed id with the same sort key, which the page's key cannot tell apart.
+// A page read right after a commit, before the record cache is told the
+// commit is done, must not show a record the commit deleted: here the
+// commit deletes a cached post and stores another with the same sort key.
+// (Written when the new post could take the deleted one's id, which the
+// page's key could not tell apart; since schema 0014 ids are never
+// reused.)
 func TestPageBetweenACommitAndItsForgetShowsNoDeletedRecord(t *testing.T) {
 	s := MustOpen(t, defaultFeeds)
 	apply(t, s, follow("alice", "carol", "f1", 1), post("carol", "old", 10))
@@ -279,10 +282,10 @@ func TestPageBetweenACommitAndItsForgetShowsNoDeletedRecord(t *testing.T) {
 	replace.CreatedAtUS = 10
 	apply(t, s, unpost("carol", "old", 20), replace)
 	if n := count(t, s, `SELECT count(*) FROM records WHERE rkey = 'new' AND id = (SELECT max(id) FROM records)`); n != 1 {
-		t.Fatal("the new post did not take the freed id; the test no longer sets up the race")
+		t.Fatal("the new post is not the newest record; the test no longer sets up the race")
 	}
 	if during == nil {
-		t.Fatal("no page was read between the commit and the forget")
+		t.Fatal("no page was read right after the commit")
 	}
 	if len(during) != 1 || during[0].RKey != "new" {
 		t.Errorf("page read right after the commit: %+v, want only the new post", during)
@@ -325,7 +328,7 @@ func TestAPageReadDuringACommitTakesItsHits(t *testing.T) {
 	misses := func() float64 { return testutil.ToFloat64(s.metrics.recordCache.misses) }
 	var during []Item
 	var hitsDuring, missesDuring float64
-	s.afterCommit = func() { // the commit is done, the cache not yet told
+	s.afterCommit = func() { // committed, the epoch still odd
 		s.afterCommit = nil
 		h, m := hits(), misses()
 		during = firstPage(t, s, "alice")

@@ -188,8 +188,8 @@ func (w *txWriter) retireRecords(afterUS, afterID, endUS, endID, cutoff int64) (
 			return 0, fmt.Errorf("retire records: %w", err)
 		}
 		n++
-		// No feed holds a retired record, but its id may be handed out
-		// again.
+		// No feed holds a retired record, but a page whose keys were
+		// read before may still ask for it.
 		w.recordChanged(id)
 		if !seen[k] {
 			seen[k] = true

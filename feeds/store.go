@@ -93,12 +93,12 @@ type Store struct {
 	reader *sql.DB
 	reads  *readStatements // prepared on the read pool
 	// recordCache serves the records feed pages show; the writer forgets
-	// the ones it changed after each commit (record_cache.go).
+	// the ones a commit changes before the commit (record_cache.go).
 	recordCache *recordCache
 	// afterPageKeys, set by tests, runs between a page's two reads.
 	afterPageKeys func()
-	// afterCommit, set by tests, runs between a write transaction's
-	// commit and the record cache's forgetting what it changed.
+	// afterCommit, set by tests, runs after a write transaction's commit,
+	// before the record cache is told the commit is done.
 	afterCommit func()
 	// syncRunsKept bounds sync_runs (SyncRunsKept; tests lower it).
 	syncRunsKept int

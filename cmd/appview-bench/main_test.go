@@ -234,15 +234,10 @@ func readLog(t *testing.T, path string) []workload.Frame {
 	}
 }
 
-// TestReadPhaseKeepsTheKeptDatabasesViewers: a daemon started on the
-// database of an earlier ingest run (-phase read) resumes from its cursor
-// without recording a gap, though the stream's times lie months before
-// the wall clock, so the registered viewers stay complete and their reads
-// need no first read.
 // -read-rate 0 reads with no ingest; a negative or non-finite rate is
 // refused before anything runs.
 func TestReadRateIsChecked(t *testing.T) {
-	for _, rate := range []float64{-1, math.Inf(1), math.NaN()} {
+	for _, rate := range []float64{-1, math.Inf(1), math.NaN(), 1e-12} {
 		o := options{accounts: 400, viewers: 40, follows: 10, events: 2000, seed: 1, phase: "all", readRate: rate}
 		err := run(context.Background(), o, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), "-read-rate") {
@@ -251,6 +246,11 @@ func TestReadRateIsChecked(t *testing.T) {
 	}
 }
 
+// TestReadPhaseKeepsTheKeptDatabasesViewers: a daemon started on the
+// database of an earlier ingest run (-phase read) resumes from its cursor
+// without recording a gap, though the stream's times lie months before
+// the wall clock, so the registered viewers stay complete and their reads
+// need no first read.
 func TestReadPhaseKeepsTheKeptDatabasesViewers(t *testing.T) {
 	db := t.TempDir() + "/appview.db"
 	o := options{

@@ -181,7 +181,7 @@ func TestNotFound(t *testing.T) {
 // bench asked for reads with no ingest got a full-speed catch-up instead.
 func TestThrottleRefusesARateThatIsNotPositive(t *testing.T) {
 	w := smallWorkload(t)
-	for _, rate := range []float64{0, -1, math.NaN()} {
+	for _, rate := range []float64{0, -1, math.NaN(), 1e-12} {
 		func() {
 			defer func() {
 				if recover() == nil {

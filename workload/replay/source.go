@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"time"
 
@@ -62,10 +63,11 @@ func (a *after) Next(ctx context.Context) (workload.Frame, error) {
 // (timer and scheduling jitter), not in a burst after a long stall.
 // perSecond must be positive.
 func Throttle(src Source, perSecond float64) Source {
-	if !(perSecond > 0) {
-		panic(fmt.Sprintf("replay.Throttle: rate %v: want a positive rate", perSecond))
+	interval := float64(time.Second) / perSecond
+	if !(perSecond > 0) || interval >= math.MaxInt64 {
+		panic(fmt.Sprintf("replay.Throttle: rate %v: want a positive rate of at least one frame in 292 years", perSecond))
 	}
-	return &throttle{src: src, interval: time.Duration(float64(time.Second) / perSecond)}
+	return &throttle{src: src, interval: time.Duration(interval)}
 }
 
 const maxBurst = 100 * time.Millisecond
