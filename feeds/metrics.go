@@ -20,6 +20,7 @@ type Metrics struct {
 	writeBusy    prometheus.Counter
 	fields       *fieldMetrics       // metrics_fields.go
 	recordCache  *recordCacheMetrics // metrics_record_cache.go
+	profileDrops *prometheus.CounterVec
 }
 
 // NewMetrics registers the ingest metrics on reg.
@@ -55,7 +56,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: "appview", Subsystem: "database", Name: "write_busy_total",
 		Help: "Write transactions that could not begin within the busy timeout because another process (an operator command) held the write lock; the ingester retries its batch.",
 	})
-	reg.MustRegister(m.batches, m.commitTime, m.changes, m.feedRows, m.cursorTimeUS, m.walRestarts, m.writeBusy)
+	m.profileDrops = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "appview", Subsystem: "profile", Name: "fields_dropped_total",
+		Help: "Profile fields stored empty because the record's value was of the wrong type, over its bound, not UTF-8, or an unusable avatar, by field: displayName, description, avatar.",
+	}, []string{"field"})
+	for _, d := range profileDropNames {
+		m.profileDrops.WithLabelValues(d.label)
+	}
+	reg.MustRegister(m.batches, m.commitTime, m.changes, m.feedRows, m.cursorTimeUS, m.walRestarts, m.writeBusy, m.profileDrops)
 	// Create every series up front. A batch's rows are visible to readers
 	// at commit, before observeBatch runs, so a scrape that follows a feed
 	// read must still find the series (at zero) rather than a gap.
@@ -110,4 +118,16 @@ func (m *Metrics) observeCursor(cursorTimeUS int64) {
 		return
 	}
 	m.cursorTimeUS.Set(float64(cursorTimeUS) / 1e6)
+}
+
+// profileFieldsDropped counts the fields a stored profile left out.
+func (m *Metrics) profileFieldsDropped(d ProfileDrops) {
+	if m == nil || d == 0 {
+		return
+	}
+	for _, n := range profileDropNames {
+		if d&n.drop != 0 {
+			m.profileDrops.WithLabelValues(n.label).Inc()
+		}
+	}
 }

@@ -29,7 +29,26 @@ type ProfileFields struct {
 	Description string
 	// Avatar is nil when the record has none, or one the appview cannot use.
 	Avatar *Blob
+	// Dropped tells which fields the record had that were left out (of
+	// the wrong type, over their bound, not UTF-8, an unusable avatar).
+	Dropped ProfileDrops
 }
+
+// ProfileDrops is a set of profile fields a record had but the appview
+// could not keep; appview_profile_fields_dropped_total{field} counts them.
+type ProfileDrops uint8
+
+const (
+	DroppedDisplayName ProfileDrops = 1 << iota
+	DroppedDescription
+	DroppedAvatar
+)
+
+// profileDropNames are the fields of a ProfileDrops, as metric labels.
+var profileDropNames = []struct {
+	drop  ProfileDrops
+	label string
+}{{DroppedDisplayName, "displayName"}, {DroppedDescription, "description"}, {DroppedAvatar, "avatar"}}
 
 // Blob is a reference to a blob on the author's PDS.
 type Blob struct {
@@ -57,9 +76,19 @@ func ParseProfile(raw json.RawMessage) (f ProfileFields, ok bool) {
 	if json.Unmarshal(rec["$type"], &typ) != nil || typ != string(ProfileCollection) {
 		return ProfileFields{}, false
 	}
-	f.DisplayName = boundedString(rec["displayName"], MaxDisplayNameBytes)
-	f.Description = boundedString(rec["description"], MaxDescriptionBytes)
+	var ok1, ok2 bool
+	f.DisplayName, ok1 = boundedString(rec["displayName"], MaxDisplayNameBytes)
+	f.Description, ok2 = boundedString(rec["description"], MaxDescriptionBytes)
 	f.Avatar = parseBlob(rec["avatar"])
+	if !ok1 {
+		f.Dropped |= DroppedDisplayName
+	}
+	if !ok2 {
+		f.Dropped |= DroppedDescription
+	}
+	if _, had := rec["avatar"]; had && f.Avatar == nil {
+		f.Dropped |= DroppedAvatar
+	}
 	return f, true
 }
 
@@ -82,14 +111,16 @@ func jsonStringMember(m map[string]json.RawMessage, key string) string {
 	return s
 }
 
-// boundedString is the JSON string in raw, or "" when raw is not a string,
-// is too long or is not valid UTF-8.
-func boundedString(raw json.RawMessage, maxBytes int) string {
-	var s string
-	if len(raw) == 0 || json.Unmarshal(raw, &s) != nil || len(s) > maxBytes || !utf8.ValidString(s) {
-		return ""
+// boundedString is the JSON string in raw, or "" when raw is absent (ok),
+// or is not a string, is too long or is not valid UTF-8 (not ok).
+func boundedString(raw json.RawMessage, maxBytes int) (s string, ok bool) {
+	if len(raw) == 0 {
+		return "", true
 	}
-	return s
+	if json.Unmarshal(raw, &s) != nil || len(s) > maxBytes || !utf8.ValidString(s) {
+		return "", false
+	}
+	return s, true
 }
 
 // parseBlob reads a blob reference: {"$type":"blob","ref":{"$link":cid},

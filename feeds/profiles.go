@@ -103,6 +103,8 @@ func (w *txWriter) writeProfile(query string, id int64, rev string, present bool
 		f.DisplayName, f.Description, b.CID, b.MimeType, b.Size, atUS); err != nil {
 		return fmt.Errorf("write profile: %w", err)
 	}
+	// Counted as written: a batch tried again counts its drops again.
+	w.s.metrics.profileFieldsDropped(f.Dropped)
 	return nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 const avatarCID = "bafkreibme22gw2h7y2h7tg2fhqotaqjucnbc24deqo72b6mkl2egezxhvy"
@@ -27,11 +29,11 @@ func TestParseProfile(t *testing.T) {
 			true, ProfileFields{Avatar: &Blob{CID: avatarCID, MimeType: "image/png"}}},
 		{"empty", `{"$type":"app.bsky.actor.profile"}`, true, ProfileFields{}},
 		{"bad fields are left out", `{"$type":"app.bsky.actor.profile","displayName":7,"description":"` + long + long + long + long + long + `","avatar":{"$type":"blob","ref":{"$link":"not a cid"},"mimeType":"image/png","size":1}}`,
-			true, ProfileFields{}},
+			true, ProfileFields{Dropped: DroppedDisplayName | DroppedDescription | DroppedAvatar}},
 		{"display name over its bound", `{"$type":"app.bsky.actor.profile","displayName":"` + long + `","description":"kept"}`,
-			true, ProfileFields{Description: "kept"}},
+			true, ProfileFields{Description: "kept", Dropped: DroppedDisplayName}},
 		{"avatar without a mime type", `{"$type":"app.bsky.actor.profile","avatar":{"$type":"blob","ref":{"$link":"` + avatarCID + `"},"size":1}}`,
-			true, ProfileFields{}},
+			true, ProfileFields{Dropped: DroppedAvatar}},
 		{"other type", `{"$type":"app.bsky.feed.post","displayName":"x"}`, false, ProfileFields{}},
 		// Keys match exactly, as Bluesky reads them (a review found
 		// encoding/json's case folding choosing "DisplayName").
@@ -39,16 +41,39 @@ func TestParseProfile(t *testing.T) {
 			true, ProfileFields{DisplayName: "Alice"}},
 		{"$TYPE is not $type", `{"$TYPE":"app.bsky.actor.profile","DISPLAYNAME":"Mallory"}`, false, ProfileFields{}},
 		{"blob keys in another case", `{"$type":"app.bsky.actor.profile","avatar":{"$type":"blob","REF":{"$link":"` + avatarCID + `"},"mimeType":"image/png","size":1}}`,
+			true, ProfileFields{Dropped: DroppedAvatar}},
+		{"empty strings are kept, not dropped", `{"$type":"app.bsky.actor.profile","displayName":"","description":""}`,
 			true, ProfileFields{}},
 		{"not an object", `["app.bsky.actor.profile"]`, false, ProfileFields{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := ParseProfile(json.RawMessage(tc.raw))
 			if ok != tc.ok || fmt.Sprint(got.DisplayName, got.Description) != fmt.Sprint(tc.want.DisplayName, tc.want.Description) ||
-				(got.Avatar == nil) != (tc.want.Avatar == nil) || (got.Avatar != nil && *got.Avatar != *tc.want.Avatar) {
+				(got.Avatar == nil) != (tc.want.Avatar == nil) || (got.Avatar != nil && *got.Avatar != *tc.want.Avatar) ||
+				got.Dropped != tc.want.Dropped {
 				t.Errorf("ParseProfile = %+v %v (avatar %+v), want %+v %v", got, ok, got.Avatar, tc.want, tc.ok)
 			}
 		})
+	}
+}
+
+// A stored profile's fields left out are counted by field: hostile or
+// broken records were dropped without a trace.
+func TestDroppedProfileFieldsAreCounted(t *testing.T) {
+	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: defaultFeeds, IndexAll: true, Profiles: true,
+		Metrics: NewMetrics(prometheus.NewRegistry())})
+	apply(t, s, post("carol", "p1", 1)) // carol is known
+	c := profileChange("carol", OpCreate, 2, "ok")
+	c.Record = json.RawMessage(`{"$type":"app.bsky.actor.profile","displayName":"` + strings.Repeat("x", MaxDisplayNameBytes+1) + `","description":"kept","avatar":{"cid":"nope"}}`)
+	apply(t, s, c)
+	for field, want := range map[string]float64{"displayName": 1, "description": 0, "avatar": 1} {
+		if got := testutil.ToFloat64(s.metrics.profileDrops.WithLabelValues(field)); got != want {
+			t.Errorf("appview_profile_fields_dropped_total{field=%q} = %v, want %v", field, got, want)
+		}
+	}
+	apply(t, s, c) // a replay is a duplicate, not counted again
+	if got := testutil.ToFloat64(s.metrics.profileDrops.WithLabelValues("displayName")); got != 1 {
+		t.Errorf("after a replay the count is %v, want 1", got)
 	}
 }
 
