@@ -148,7 +148,7 @@ const (
 // call returns fresh slices, so callers may modify the result.
 func DefaultConfig() Config {
 	return Config{
-		Database: DatabaseConfig{Path: "./appview.db", CacheMB: 64, RecordCacheMB: 32},
+		Database: DatabaseConfig{Path: "./appview.db", CacheMB: feeds.DefaultCacheMB, RecordCacheMB: 32},
 		Jetstream: JetstreamConfig{
 			URLs: []string{
 				"wss://jetstream2.us-east.bsky.network/subscribe",

@@ -9,7 +9,7 @@
 //	    -accounts 10000 -viewers 2000        # the short version CI runs
 //
 // The quarters start after the seed graph and the -warmup events: while
-// the database is smaller than SQLite's page caches (64 MiB for the writer,
+// the database is smaller than SQLite's page caches (88 MiB for the writer,
 // 2 MiB per reader by default), RSS grows with it. A million events outgrow that in
 // the first quarter; a short run needs the warm-up to measure the plateau.
 //
