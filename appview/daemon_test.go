@@ -204,6 +204,9 @@ func TestDaemonEndToEnd(t *testing.T) {
 		`appview_jetstream_events_dropped_total{reason="bad_json"} 1`,
 		`appview_ingest_changes_total{outcome="applied"} 11`,
 		`appview_feed_rows_total{operation="fanout"} 5`,
+		// Counters of things that have not happened are shown at 0.
+		`appview_profile_fields_dropped_total{field="displayName"} 0`,
+		`appview_viewer_last_read_writes_total{result="queue_full"} 0`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)

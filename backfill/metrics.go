@@ -88,6 +88,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: ns, Subsystem: "viewer", Name: "last_read_writes_total",
 		Help: "Complete viewers' last-read times written after their read was served, by result: written, failed (kept the older time), queue_full (the read wrote its own before it was served).",
 	}, []string{"result"})
+	for _, result := range []string{"written", "failed", "queue_full"} {
+		m.lastReadCount.WithLabelValues(result) // shown at 0 from the start
+	}
 	reg.MustRegister(m.lastReadCount)
 	reg.MustRegister(m.rejections, m.droppedRecs, m.longCursors, m.unlisted, m.restored)
 	reg.MustRegister(m.firstReads, m.firstReadTime, m.waitedOut, m.runs, m.runTime, m.pdsRequests, m.queue, m.dropped)
