@@ -201,8 +201,8 @@ const DefaultCacheMB = 88
 // mode SQLite empties it at the start of any read transaction that finds
 // the database changed, and a live stream commits a batch every 100 ms.
 // It holds what one page read touches twice (the b-trees' upper levels)
-// and little more. 2 MiB served getFeed as 8 MiB did, and the page slab,
-// resident from the start, is 24 MiB smaller (docs/benchmarks.md,
+// and little more. 2 MiB served getFeed as 8 MiB did, and the 24 MiB went
+// to the writer, whose cache lasts (DefaultCacheMB; docs/benchmarks.md,
 // fifteenth round). The record cache is what lasts across commits.
 const (
 	readerCacheMB    = 2

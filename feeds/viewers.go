@@ -86,8 +86,8 @@ const readViewerSQL = `
 // last read was stored (zero for an unknown viewer). A process that has
 // just started knows no viewer yet, and a read that had to ask
 // RegisterViewer would queue a write transaction behind the ingest
-// batches: a page, a few milliseconds, would wait out a batch, up to a
-// second in catch-up (docs/benchmarks.md, fifteenth round).
+// batches: a page, a few milliseconds, would wait out a batch, seconds in
+// catch-up (docs/benchmarks.md, fifteenth round).
 func (s *Store) StoredViewer(ctx context.Context, viewer syntax.DID, feed string) (lastRead time.Time, complete bool, err error) {
 	var state string
 	var lastUS int64
@@ -117,11 +117,16 @@ func (s *Store) TouchViewers(ctx context.Context, touches []ViewerTouch) error {
 		return nil
 	}
 	return s.write(ctx, func(w *txWriter) error {
+		// Parsed once for the batch, not once a viewer.
+		touch, err := w.tx.PrepareContext(ctx, `
+			UPDATE viewers SET last_read_us = ?3
+			WHERE actor_id = (SELECT id FROM actors WHERE did = ?1) AND feed = ?2 AND last_read_us < ?3`)
+		if err != nil {
+			return fmt.Errorf("touch viewers: %w", err)
+		}
+		defer touch.Close()
 		for _, t := range touches {
-			if _, err := w.tx.ExecContext(ctx, `
-				UPDATE viewers SET last_read_us = ?3
-				WHERE actor_id = (SELECT id FROM actors WHERE did = ?1) AND feed = ?2 AND last_read_us < ?3`,
-				string(t.Viewer), t.Feed, t.At.UnixMicro()); err != nil {
+			if _, err := touch.ExecContext(ctx, string(t.Viewer), t.Feed, t.At.UnixMicro()); err != nil {
 				return fmt.Errorf("touch viewer: %w", err)
 			}
 		}

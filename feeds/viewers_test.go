@@ -280,3 +280,47 @@ func TestAFirstReadUnderWayWhenAGapIsRecordedDoesNotComplete(t *testing.T) {
 		t.Fatalf("the next run cannot claim v: %v %v", ok, err)
 	}
 }
+
+// TouchViewers moves a last-read time forward only, and writes nothing
+// for a viewer retired (or never registered) since the read it stands for.
+func TestTouchViewersMovesForwardAndLeavesTheRetiredAlone(t *testing.T) {
+	s := openViewerMode(t)
+	ctx := context.Background()
+	t1 := time.Unix(10_000, 0)
+	if _, err := s.RegisterViewer(ctx, did("alice"), "following", t1); err != nil {
+		t.Fatal(err)
+	}
+	lastRead := func() time.Time {
+		t.Helper()
+		last, _, err := s.StoredViewer(ctx, did("alice"), "following")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return last
+	}
+	touch := func(at time.Time, viewers ...string) {
+		t.Helper()
+		var ts []ViewerTouch
+		for _, v := range viewers {
+			ts = append(ts, ViewerTouch{Viewer: did(v), Feed: "following", At: at})
+		}
+		if err := s.TouchViewers(ctx, ts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	touch(t1.Add(-time.Minute), "alice")
+	if got := lastRead(); !got.Equal(t1) {
+		t.Fatalf("an older touch moved the last read to %v, want %v", got, t1)
+	}
+	t2 := t1.Add(2 * time.Hour)
+	touch(t2, "alice", "nobody")
+	if got := lastRead(); !got.Equal(t2) {
+		t.Fatalf("last read %v after a touch at %v", got, t2)
+	}
+	if _, _, err := s.StoredViewer(ctx, did("nobody"), "following"); err != nil || s.KnownViewer(did("nobody"), "following") {
+		t.Fatalf("a touch registered an unknown viewer (err %v)", err)
+	}
+	if n := count(t, s, `SELECT count(*) FROM viewers`); n != 1 {
+		t.Fatalf("%d viewer rows after touching an unknown viewer, want 1", n)
+	}
+}
