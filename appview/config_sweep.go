@@ -5,7 +5,8 @@ import "time"
 // SweepConfig tunes the prune sweep that holds every feed to its cap and
 // the retention of records no feed holds (docs/prune.md).
 type SweepConfig struct {
-	// Actors is how many viewers one slice visits (sweep_actors).
+	// Actors is how many viewers the sweep visits per ingest.batch_size
+	// events, and what an idle tick's slice visits (sweep_actors).
 	Actors int `yaml:"actors"`
 	// IdleInterval is how often an idle stream still ticks the sweep.
 	IdleInterval time.Duration `yaml:"idle_interval"`
@@ -30,9 +31,9 @@ func defaultSweepConfig() SweepConfig {
 }
 
 func (c Config) validateSweep(fail func(field, format string, args ...any)) {
-	// A slice visits this many viewers in one transaction (times a
-	// catch-up batch's scale, up to 100): bounded so a slice's work is,
-	// and the product cannot overflow.
+	// A slice visits up to this many viewers in one transaction (times a
+	// catch-up batch's share of the pace, up to 100): bounded so a slice's
+	// work is, and the product cannot overflow.
 	if c.Sweep.Actors <= 0 || c.Sweep.Actors > maxSweepActors {
 		fail("sweep.actors", "must be between 1 and %d", maxSweepActors)
 	}

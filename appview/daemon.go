@@ -78,6 +78,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		Profiles:      cfg.Hydration.Profiles,
 		Sweep: feeds.SweepOptions{
 			Actors:           cfg.Sweep.Actors,
+			BatchEvents:      cfg.Ingest.BatchSize,
 			RecoveryInterval: cfg.Sweep.RecoveryInterval,
 			Retention:        cfg.Sweep.Retention,
 			TombstoneWindow:  cfg.Sweep.TombstoneWindow,

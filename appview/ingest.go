@@ -55,8 +55,8 @@ type ingester struct {
 // A tick that found the write lock held by another process is skipped
 // (and says so): the sweep's cursor did not move, and the next tick goes
 // on from it.
-func (in *ingester) tick(ctx context.Context, mutated bool, scale int, rows int64) (feeds.SweepResult, error) {
-	res, err := in.store.SweepTick(ctx, feeds.Tick{Now: in.now(), Mutated: mutated, Scale: scale, Rows: rows})
+func (in *ingester) tick(ctx context.Context, mutated bool, events int, rows int64) (feeds.SweepResult, error) {
+	res, err := in.store.SweepTick(ctx, feeds.Tick{Now: in.now(), Mutated: mutated, Events: events, Rows: rows})
 	if errors.Is(err, feeds.ErrWriteBusy) {
 		in.log.Warn("sweep tick skipped: another process holds the database's write lock")
 		return feeds.SweepResult{}, nil
@@ -117,11 +117,12 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 		if in.afterCommit != nil {
 			in.afterCommit(res)
 		}
-		// A catch-up batch stands for several ordinary ones: its slice is
-		// as many times larger, so trimming keeps pace per event; and no
-		// less than the rows it wrote ask for (feeds.Tick.Rows).
-		scale := (len(batch.Changes) + in.batchSize - 1) / in.batchSize
-		if _, err := in.tick(ctx, res.MutatedFeeds(), scale, res.FanoutRows+res.MergedRows); err != nil {
+		// The slice visits the batch's share of the sweep's pace per event
+		// (sweep.actors per batch_size events): a catch-up batch of 30
+		// batches' worth 30 budgets, a live batch of 100 events a tenth of
+		// one; and no fewer than the rows it wrote ask for
+		// (feeds.Tick.Rows).
+		if _, err := in.tick(ctx, res.MutatedFeeds(), max(len(batch.Changes), 1), res.FanoutRows+res.MergedRows); err != nil {
 			return err
 		}
 		idle.Reset(in.sweepIdle)
@@ -193,7 +194,7 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 				return err
 			}
 		case <-idle.C:
-			res, err := in.tick(writeCtx, false, 1, 0)
+			res, err := in.tick(writeCtx, false, 0, 0)
 			if err != nil {
 				return err
 			}

@@ -9,10 +9,15 @@ import (
 // SweepOptions configures the prune sweep, retention and vacuum. A zero
 // field takes its default.
 type SweepOptions struct {
-	// Actors is how many viewers one slice visits (sweep_actors): up to
+	// Actors is how many viewers the sweep visits per BatchEvents events
+	// ingested (sweep_actors), and what an idle tick's slice visits: up to
 	// half on viewers whose feeds grew, the rest after the rolling cursor.
 	// 1 leaves no half for the grown queue and disables that fast path.
 	Actors int
+	// BatchEvents is the events Actors visits stand for: the ingest's
+	// batch_size. A live batch carries fewer (what batch_interval
+	// gathered), and its slice visits as many fewer viewers.
+	BatchEvents int
 	// RecoveryInterval is how long after a full pass ended the next one
 	// becomes due even without ingest, so rows that went over cap with no
 	// fresh writes (a lowered cap, an import) are trimmed on an idle stream.
@@ -44,6 +49,7 @@ type SweepOptions struct {
 // Defaults of SweepOptions.
 const (
 	DefaultSweepActors      = 500
+	DefaultBatchEvents      = 1000
 	DefaultRecoveryInterval = 6 * time.Hour
 	DefaultRetention        = 7 * 24 * time.Hour
 	DefaultTombstoneWindow  = 72 * time.Hour
@@ -54,6 +60,9 @@ const (
 func (o SweepOptions) withDefaults() SweepOptions {
 	if o.Actors <= 0 {
 		o.Actors = DefaultSweepActors
+	}
+	if o.BatchEvents <= 0 {
+		o.BatchEvents = DefaultBatchEvents
 	}
 	if o.RecoveryInterval <= 0 {
 		o.RecoveryInterval = DefaultRecoveryInterval
@@ -85,38 +94,51 @@ type Tick struct {
 	// Mutated says the tick's batch wrote feed rows (see
 	// BatchResult.MutatedFeeds). Idle timer ticks leave it false.
 	Mutated bool
-	// Scale is how many ordinary batches the tick's batch stands for: a
-	// catch-up batch of k × batch_size events runs one slice of k times
-	// the budget, so the sweep keeps the same pace per event however the
-	// stream was batched. 0 and 1 mean one slice; at most maxSliceScale.
-	Scale int
+	// Events is how many events the tick's batch carried. The sweep visits
+	// SweepOptions.Actors viewers per SweepOptions.BatchEvents events
+	// however the stream was batched: a catch-up batch of 30 batches'
+	// worth runs one slice of 30 budgets, and a live batch of a tenth of
+	// one a slice of a tenth (the fraction of a visit left over is carried
+	// to the next tick). 0 stands for one ordinary batch.
+	Events int
 	// Rows is the feed rows the tick's batch wrote (fan-out and merges).
 	// Where events reach many viewers each, the pace per event falls
 	// behind, so a slice also visits at least one viewer per
-	// rowsPerVisit rows written (see sliceScale).
+	// rowsPerVisit rows written (see sliceVisits).
 	Rows int64
 }
 
-// maxSliceScale bounds a slice's scale, so one transaction stays short.
+// maxSliceScale bounds a slice to that many budgets of
+// SweepOptions.Actors, so one transaction stays short.
 const maxSliceScale = 100
 
-// sliceScale is how many budgets of SweepOptions.Actors the tick's slice
-// visits: as many as ordinary batches its batch stands for, and enough to
-// visit one viewer per rowsPerVisit rows the batch wrote. The second keeps
-// feeds near their caps whatever the fan-out per event: visits keep up
-// with rows however many viewers there are, and the rolling cursor, which
-// gets at least half of each slice, completes a pass before the average
-// viewer has received about 2 × rowsPerVisit new rows (docs/prune.md).
-// With 10,000 viewers and 16 rows an event the per-event pace is the
-// faster one; with 100,000 viewers and 70 rows an event feeds ran 45%
-// over cap before this (benchmarks.md).
-func (sw *sweeper) sliceScale(t Tick) int {
-	scale := min(max(t.Scale, 1), maxSliceScale)
-	if per := sw.rowsPerVisit * int64(sw.opts.Actors); t.Rows > 0 && per > 0 {
-		byRows := min((t.Rows-1)/per+1, maxSliceScale)
-		scale = max(scale, int(byRows))
+// sliceVisits is how many viewers the slice of a mutated tick visits: its
+// events' share of the per-event pace (Tick.Events), and at
+// least one viewer per rowsPerVisit rows the batch wrote. The second
+// keeps feeds near their caps whatever the fan-out per event: visits keep
+// up with rows however many viewers there are, and the rolling cursor,
+// which gets at least half of each slice, completes a pass before the
+// average viewer has received about 2 × rowsPerVisit new rows
+// (docs/prune.md). With 10,000 viewers and 16 rows an event the per-event
+// pace is the faster one; with 100,000 viewers and 70 rows an event feeds
+// ran 45% over cap before the row pace (benchmarks.md).
+//
+// Before the per-event share, every tick visited a whole budget: a live
+// stream's batches of 100 events (batch_interval) swept ten times as
+// fast per event as catch-up batches did, for nothing (benchmarks.md,
+// sixteenth round).
+func (sw *sweeper) sliceVisits(t Tick) int {
+	events := int64(t.Events)
+	if events <= 0 {
+		events = int64(sw.opts.BatchEvents)
 	}
-	return scale
+	sw.owedVisits += int64(sw.opts.Actors) * events
+	visits := sw.owedVisits / int64(sw.opts.BatchEvents)
+	sw.owedVisits -= visits * int64(sw.opts.BatchEvents)
+	if t.Rows > 0 && sw.rowsPerVisit > 0 {
+		visits = max(visits, (t.Rows-1)/sw.rowsPerVisit+1)
+	}
+	return int(min(visits, int64(sw.opts.Actors)*maxSliceScale))
 }
 
 // rowsPerVisitOf is the row pace of the sweep: a quarter of the smallest
@@ -180,7 +202,8 @@ type sweeper struct {
 	state          *sweepState // nil until the first tick loads it
 	grownPending   bool
 	disabledLanes  []int64 // lanes that left the config: their rows are swept away
-	rowsPerVisit   int64   // row pace of the slices (sliceScale)
+	rowsPerVisit   int64   // row pace of the slices (sliceVisits)
+	owedVisits     int64   // visits owed to earlier ticks' events, in Actors × events (< BatchEvents)
 	incremental    bool    // the file is in auto_vacuum=incremental mode
 	vacuumMore     bool
 	retainNextUS   int64 // stream time at which the next retention lap may start
@@ -208,8 +231,19 @@ func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
 	var res SweepResult
 	sw := &s.sweep
 	now := t.Now.UnixMicro()
-	if reason := s.sweepReason(t.Mutated, now); reason != "" {
-		if err := s.runSlice(ctx, reason, now, sw.sliceScale(t), &res); err != nil {
+	// A mutated tick's slice visits its batch's share; one owed less than
+	// a visit runs none (the grown queue and a due pass wait for a tick
+	// that runs one, or for the idle timer). An idle tick's slice, for the
+	// grown queue or a due pass, visits a whole budget.
+	reason, visits := s.idleReason(now), sw.opts.Actors
+	if t.Mutated {
+		reason, visits = "", sw.sliceVisits(t)
+		if visits > 0 {
+			reason = SweepIngest
+		}
+	}
+	if reason != "" {
+		if err := s.runSlice(ctx, reason, now, visits, &res); err != nil {
 			return res, fmt.Errorf("sweep slice: %w", err)
 		}
 	}
@@ -223,16 +257,15 @@ func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
 	if err := s.vacuum(ctx, freed, &res); err != nil {
 		return res, fmt.Errorf("incremental vacuum: %w", err)
 	}
-	res.Pending = s.sweepReason(false, now) != "" || sw.retainMore || sw.tombstonesMore || sw.vacuumMore || len(s.fieldBacklog) > 0
+	res.Pending = s.idleReason(now) != "" || sw.retainMore || sw.tombstonesMore || sw.vacuumMore || len(s.fieldBacklog) > 0
 	return res, nil
 }
 
-// sweepReason decides whether a tick runs a slice, and why.
-func (s *Store) sweepReason(mutated bool, now int64) SweepReason {
+// idleReason says whether a tick with no feed rows written runs a slice,
+// and why.
+func (s *Store) idleReason(now int64) SweepReason {
 	sw := &s.sweep
 	switch {
-	case mutated:
-		return SweepIngest
 	case sw.grownPending && sw.opts.grownBudget() > 0:
 		return SweepGrown
 	case sw.passDue(now):

@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// runSlice runs one slice in one transaction: up to half the budget on
-// queued grown feeds, the rest on the viewers after the rolling cursor,
+// runSlice runs one slice of up to visits viewers in one transaction: up
+// to half of them on queued grown feeds, the rest on the viewers after the rolling cursor,
 // each visited viewer's lanes trimmed to their caps. The new cursor and
 // pass bookkeeping are stored in the same transaction as the deletes, so a
 // crash never records work that was not done.
-func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, scale int, res *SweepResult) error {
+func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, visits int, res *SweepResult) error {
 	start := time.Now()
 	sw := &s.sweep
 	w, err := s.begin(ctx)
@@ -36,7 +36,11 @@ func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, sca
 	// The grown queue walks at most its half of the budget; the viewers
 	// it trimmed (a follower of two queued authors once) are the visits
 	// it used, and the rest of the budget is the rolling cursor's.
-	if err := w.serveGrown(sw.opts.grownBudget()*scale, visited, &deleted); err != nil {
+	grownBudget := 0
+	if sw.opts.grownBudget() > 0 {
+		grownBudget = visits / 2
+	}
+	if err := w.serveGrown(grownBudget, visited, &deleted); err != nil {
 		return err
 	}
 	grown := len(visited)
@@ -44,7 +48,7 @@ func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, sca
 	// queue just trimmed are passed over without a second visit, so a
 	// deployment with fewer viewers than the budget is trimmed whole by
 	// every slice.
-	budget := sw.opts.Actors*scale - grown
+	budget := visits - grown
 	ids, err := w.nextViewers(st.cursorViewer, budget+grown+1)
 	if err != nil {
 		return err

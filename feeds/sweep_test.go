@@ -392,16 +392,16 @@ func twelveFollowersOfAlice(t *testing.T, laneCap int) *Store {
 
 // A catch-up batch of k ordinary batches' worth of events runs one slice
 // of k budgets: the sweep's pace per event does not depend on batching.
-func TestSweepScaledTickVisitsScaleTimesTheBudget(t *testing.T) {
+func TestSweepCatchUpTickVisitsItsShareOfBudgets(t *testing.T) {
 	s := twelveFollowersOfAlice(t, 1)
 	res := apply(t, s, post("alice", "p1", 10), post("alice", "p2", 11))
 
-	r, err := s.SweepTick(context.Background(), Tick{Now: t0, Mutated: res.MutatedFeeds(), Scale: 3})
+	r, err := s.SweepTick(context.Background(), Tick{Now: t0, Mutated: res.MutatedFeeds(), Events: 3 * DefaultBatchEvents})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Viewers != 6 {
-		t.Fatalf("scale 3 of a budget of 2 visited %d viewers, want 6", r.Viewers)
+		t.Fatalf("three batches' worth of events with a budget of 2 visited %d viewers, want 6", r.Viewers)
 	}
 	if r.RowsDeleted != 6 {
 		t.Fatalf("deleted %d rows, want one from each of the 6 viewers visited", r.RowsDeleted)
@@ -409,16 +409,70 @@ func TestSweepScaledTickVisitsScaleTimesTheBudget(t *testing.T) {
 	if got := feedsOverCap(t, s); got != 6 {
 		t.Fatalf("%d feeds over cap, want the 6 not yet visited", got)
 	}
-	// Scale is bounded, so a huge value is one long slice, not a stall.
+	// A slice is bounded, so a huge batch is one long slice, not a stall.
 	sw := &s.sweep
-	if got := sw.sliceScale(Tick{Scale: 1 << 30}); got != maxSliceScale {
-		t.Fatalf("scale bound %d, want %d", got, maxSliceScale)
+	bound := 2 * maxSliceScale
+	if got := sw.sliceVisits(Tick{Events: 1 << 30}); got != bound {
+		t.Fatalf("visits of a huge batch %d, want the bound %d", got, bound)
 	}
-	if got := sw.sliceScale(Tick{Rows: 1 << 40}); got != maxSliceScale {
-		t.Fatalf("row scale bound %d, want %d", got, maxSliceScale)
+	if got := sw.sliceVisits(Tick{Rows: 1 << 40}); got != bound {
+		t.Fatalf("visits of a huge fan-out %d, want the bound %d", got, bound)
 	}
-	if got := sw.sliceScale(Tick{}); got != 1 {
-		t.Fatalf("zero scale = %d, want 1", got)
+	if got := sw.sliceVisits(Tick{}); got != 2 {
+		t.Fatalf("visits of a tick with no event count %d, want one budget, 2", got)
+	}
+}
+
+// A live batch carries what batch_interval gathered, often a small part
+// of batch_size: its slice visits that part of a budget, and the fraction
+// of a visit left over is carried, so the pace per event is the catch-up
+// pace. (It was a whole budget a batch: ten times the pace for batches of
+// a tenth.)
+func TestSweepLiveTicksVisitTheirShareOfABudget(t *testing.T) {
+	s := openSweep(t, t.TempDir()+"/appview.db", followingPosts(1), SweepOptions{Actors: 4, BatchEvents: 10})
+	var follows []Change
+	for i := range 12 {
+		follows = append(follows, follow(fmt.Sprintf("v%02d", i), "alice", "f", 1))
+	}
+	apply(t, s, follows...)
+	settle(t, s, t0, false)
+
+	// Batches of 3 events: 4 visits per 10 events is 1.2 a batch, so five
+	// batches visit 1, 1, 1, 1, 2 viewers (6 in all, the pace of 15 events).
+	var visits []int
+	for i := range 5 {
+		res := apply(t, s, post("alice", fmt.Sprintf("p%d", i), int64(10+i)))
+		r, err := s.SweepTick(context.Background(), Tick{Now: t0, Mutated: res.MutatedFeeds(), Events: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		visits = append(visits, r.Viewers)
+	}
+	if want := []int{1, 1, 1, 1, 2}; !slices.Equal(visits, want) {
+		t.Fatalf("live slices visited %v viewers, want %v", visits, want)
+	}
+
+	// A batch of one event is owed 0.4 of a visit: no slice at all, and no
+	// write, until a later batch makes the visit whole.
+	res := apply(t, s, post("alice", "q1", 20))
+	before := querySQL[int](t, s, `SELECT total_changes()`)
+	r, err := s.SweepTick(context.Background(), Tick{Now: t0, Mutated: res.MutatedFeeds(), Events: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Reason != "" || r.Viewers != 0 {
+		t.Fatalf("a tick owed less than a visit ran a %q slice of %d viewers", r.Reason, r.Viewers)
+	}
+	if after := querySQL[int](t, s, `SELECT total_changes()`); after != before {
+		t.Fatalf("a tick owed less than a visit wrote %d rows", after-before)
+	}
+	res = apply(t, s, post("alice", "q2", 21))
+	r, err = s.SweepTick(context.Background(), Tick{Now: t0, Mutated: res.MutatedFeeds(), Events: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Reason != SweepIngest || r.Viewers != 1 {
+		t.Fatalf("the tick that completed a visit ran a %q slice of %d viewers, want ingest and 1", r.Reason, r.Viewers)
 	}
 }
 
@@ -449,8 +503,8 @@ func TestSweepPaceFollowsTheRowsWritten(t *testing.T) {
 		}
 		return r, feedsOverCap(t, s)
 	}
-	// 120 rows at 2 rows a visit ask for 60 visits: a scale of 30 budgets
-	// of 2, which covers all 12 viewers in this one slice.
+	// 120 rows at 2 rows a visit ask for 60 visits, which cover all 12
+	// viewers in this one slice.
 	r, over := run(true)
 	if over != 0 || r.Viewers != 12 || r.RowsDeleted != 24 {
 		t.Fatalf("row-paced slice: visited %d, deleted %d, %d feeds over cap; want 12, 24, 0", r.Viewers, r.RowsDeleted, over)
