@@ -180,12 +180,13 @@ func (s *Store) readMissing(ctx context.Context, src pageRecords, collection str
 	}
 	defer rows.Close()
 	fresh := make([]*cachedRecord, 0, len(missing))
+	var did, rkey, cid, body sql.RawBytes // valid until the next row
 	for rows.Next() {
 		r := &cachedRecord{}
-		if err := rows.Scan(&r.id, &r.collectionID, &r.sortUS, &r.did, &r.rkey, &r.cid, &r.timeUS, (*[]byte)(&r.value)); err != nil {
+		if err := rows.Scan(&r.id, &r.collectionID, &r.sortUS, &did, &rkey, &cid, &r.timeUS, &body); err != nil {
 			return fmt.Errorf("read feed record: %w", err)
 		}
-		r.uri = "at://" + r.did + "/" + collection + "/" + r.rkey
+		r.setBytes(did, collection, rkey, cid, body)
 		if !json.Valid(r.value) || !utf8.Valid(r.value) {
 			// Records are valid JSON in UTF-8 when they come in (the
 			// stream's decoder and the listings check them); one that

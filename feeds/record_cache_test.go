@@ -344,3 +344,25 @@ func TestAPageReadDuringACommitTakesItsHits(t *testing.T) {
 		t.Errorf("page read during a commit changing another record: %d items, %v hits, %v misses; want 2 items from the cache", len(during), hitsDuring, missesDuring)
 	}
 }
+
+// setBytes lays a record out in two allocations; each field must still
+// read as it did, and none may alias the row's buffers, which the driver
+// reuses for the next row.
+func TestCachedRecordSetBytesCopiesEachField(t *testing.T) {
+	did, rkey := []byte("did:plc:abc"), []byte("3kabc")
+	cid, body := []byte("bafyrei"), []byte(`{"text":"hi"}`)
+	var r cachedRecord
+	r.setBytes(did, "app.bsky.feed.post", rkey, cid, body)
+	for _, b := range [][]byte{did, rkey, cid, body} {
+		for i := range b {
+			b[i] = 'X' // the driver reusing its buffers
+		}
+	}
+	if r.uri != "at://did:plc:abc/app.bsky.feed.post/3kabc" || r.did != "did:plc:abc" || r.rkey != "3kabc" ||
+		r.cid != "bafyrei" || string(r.value) != `{"text":"hi"}` {
+		t.Fatalf("laid out as uri %q did %q rkey %q cid %q value %q", r.uri, r.did, r.rkey, r.cid, r.value)
+	}
+	if want := int64(cachedRecordOverhead + len(r.uri) + len(r.cid) + len(r.value)); r.size() != want {
+		t.Fatalf("size %d, want %d (the did and rkey are inside the URI)", r.size(), want)
+	}
+}

@@ -3,6 +3,7 @@ package xrpc
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"testing"
 )
 
@@ -87,4 +88,30 @@ func BenchmarkAppendJSONString(b *testing.B) {
 	if string(buf) != `"`+uri+`"` {
 		b.Fatalf("appended %s", buf)
 	}
+}
+
+// BenchmarkAppendFeedResponse writes a full page: 50 records with
+// realistic identifiers and bodies, and a cursor.
+//
+//	go test ./xrpc -run '^$' -bench AppendFeedResponse -benchmem
+func BenchmarkAppendFeedResponse(b *testing.B) {
+	resp := &feedResponse{Cursor: "MTc2NzIyNTYwMDAwMDAwMDo0Mg.abcdefghijklmnop"}
+	for i := range 50 {
+		did := fmt.Sprintf("did:plc:%024d", i*7919)
+		rkey := fmt.Sprintf("3l%011d", i*104729)
+		resp.Records = append(resp.Records, feedRecord{
+			URI: "at://" + did + "/app.bsky.feed.post/" + rkey, CID: "bafyreigwuiotmkaytriom4alrxkamtlzsf35xljotttx6oy3hd63xuxyyq",
+			DID: did, Collection: "app.bsky.feed.post", RKey: rkey, TimeUS: 1767225600000000 + int64(i),
+			Value: json.RawMessage(fmt.Sprintf(`{"$type":"app.bsky.feed.post","createdAt":"2026-01-01T00:00:00.000Z","langs":["en"],"text":"post %d: took the long way home tonight and the lake was glowing, some days the city is kind to you"}`, i)),
+		})
+	}
+	buf := make([]byte, 0, 64<<10)
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if buf, err = appendFeedResponse(buf[:0], resp); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(len(buf)))
 }
