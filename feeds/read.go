@@ -126,16 +126,15 @@ func (s *Store) pageItems(ctx context.Context, src pageRecords, l *lane, keys []
 	// The cache holds no version of a record older than its last
 	// committed change (record_cache.go), so a hit is never older than
 	// the keys.
-	var missing, hits []int
-	for i, k := range keys {
-		if src.cached {
-			if r, ok := s.recordCache.get(k.RecordID); ok {
-				recs[i] = r
-				hits = append(hits, i)
-				continue
-			}
+	hits := 0
+	if src.cached {
+		hits = s.recordCache.lookup(keys, recs)
+	}
+	var missing []int
+	for i, r := range recs {
+		if r == nil {
+			missing = append(missing, i)
 		}
-		missing = append(missing, i)
 	}
 	if len(missing) > 0 {
 		if err := s.readMissing(ctx, src, string(l.collection), keys, recs, missing); err != nil {
@@ -143,7 +142,7 @@ func (s *Store) pageItems(ctx context.Context, src pageRecords, l *lane, keys []
 		}
 	}
 	if src.cached {
-		s.metrics.observeRecordCache(len(hits), len(missing))
+		s.metrics.observeRecordCache(hits, len(missing))
 	}
 	items := make([]Item, 0, len(keys))
 	for i, r := range recs {

@@ -2,7 +2,6 @@ package feeds
 
 import (
 	"bytes"
-	"container/list"
 	"encoding/json"
 	"strings"
 	"sync"
@@ -11,7 +10,12 @@ import (
 
 // recordCache keeps what a feed page shows of recently read records (the
 // author's DID, rkey, CID, time and body) by record id, bounded in bytes
-// and evicted least recently used.
+// and evicted by the CLOCK approximation of least recently used: a hit
+// sets its slot's used mark, and eviction walks a hand round the slots,
+// clearing marks and evicting the first unmarked record. A hit writes one
+// flag, where moving an entry to the front of a list wrote three list
+// elements scattered over the heap, each a likely cache miss, under the
+// lock (benchmarks.md, sixteenth round).
 //
 // At full size the records table is far larger than a reader's page cache,
 // so without it each of a page's 50 items costs a descent of the records
@@ -39,8 +43,10 @@ type recordCache struct {
 
 	mu    sync.Mutex
 	bytes int64
-	byID  map[int64]*list.Element // of *cachedRecord
-	lru   list.List               // front: most recently used
+	byID  map[int64]int32 // slot of each cached record
+	slots []cacheSlot
+	free  []int32 // empty slots
+	hand  int     // the next slot eviction looks at
 	// sized, when set, is told the bytes held after every change, under
 	// mu, so a gauge never ends on an older value than the cache holds.
 	sized func(bytes int64)
@@ -60,6 +66,15 @@ type cachedRecord struct {
 	timeUS       int64
 	value        json.RawMessage
 	uri          string // at://did/collection/rkey
+}
+
+// cacheSlot holds one cached record, or none (rec nil) on the free list.
+type cacheSlot struct {
+	rec *cachedRecord
+	// used: read since the hand last passed. A record put is unmarked, so
+	// records read once (a stream of misses) go before one read on every
+	// page.
+	used bool
 }
 
 // cachedRecordOverhead approximates the bytes an entry costs beyond its
@@ -103,7 +118,7 @@ func newRecordCache(maxBytes int64) *recordCache {
 	if maxBytes <= 0 {
 		return nil
 	}
-	return &recordCache{maxBytes: maxBytes, byID: map[int64]*list.Element{}}
+	return &recordCache{maxBytes: maxBytes, byID: map[int64]int32{}}
 }
 
 // snapshot returns the epoch to pass to put for rows read from a query
@@ -117,17 +132,31 @@ func (c *recordCache) snapshot() uint64 {
 
 // get returns the cached record of id.
 func (c *recordCache) get(id int64) (*cachedRecord, bool) {
+	var r [1]*cachedRecord
+	if c.lookup([]PageKey{{RecordID: id}}, r[:]) == 1 {
+		return r[0], true
+	}
+	return nil, false
+}
+
+// lookup sets recs[i] to the cached record of keys[i] where there is one,
+// under one lock for the page, and returns how many it found.
+func (c *recordCache) lookup(keys []PageKey, recs []*cachedRecord) (hits int) {
 	if c == nil {
-		return nil, false
+		return 0
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.byID[id]
-	if !ok {
-		return nil, false
+	for i, k := range keys {
+		slot, ok := c.byID[k.RecordID]
+		if !ok {
+			continue
+		}
+		c.slots[slot].used = true
+		recs[i] = c.slots[slot].rec
+		hits++
 	}
-	c.lru.MoveToFront(e)
-	return e.Value.(*cachedRecord), true
+	return hits
 }
 
 // put caches records read by a query started after snapshot returned
@@ -146,23 +175,58 @@ func (c *recordCache) put(epoch uint64, recs []*cachedRecord) {
 		if n > c.maxBytes/16 {
 			continue // one outsized record must not flush the cache
 		}
-		if e, ok := c.byID[r.id]; ok {
-			c.bytes -= e.Value.(*cachedRecord).size()
-			e.Value = r
-			c.lru.MoveToFront(e)
+		if slot, ok := c.byID[r.id]; ok {
+			c.bytes -= c.slots[slot].rec.size()
+			c.slots[slot].rec = r
 		} else {
-			c.byID[r.id] = c.lru.PushFront(r)
+			c.byID[r.id] = c.newSlot(r)
 		}
 		c.bytes += n
 	}
 	for c.bytes > c.maxBytes {
-		e := c.lru.Back()
-		r := e.Value.(*cachedRecord)
-		c.lru.Remove(e)
-		delete(c.byID, r.id)
-		c.bytes -= r.size()
+		c.evictOne()
 	}
 	c.report()
+}
+
+// newSlot puts r in an empty slot, unmarked; c.mu is held.
+func (c *recordCache) newSlot(r *cachedRecord) int32 {
+	if n := len(c.free); n > 0 {
+		slot := c.free[n-1]
+		c.free = c.free[:n-1]
+		c.slots[slot] = cacheSlot{rec: r}
+		return slot
+	}
+	c.slots = append(c.slots, cacheSlot{rec: r})
+	return int32(len(c.slots) - 1)
+}
+
+// evictOne moves the hand to the first unmarked record, clearing the
+// marks it passes, and evicts it; c.mu is held and a record is cached.
+// Within two turns every mark it passed is cleared, so it finds one.
+func (c *recordCache) evictOne() {
+	for {
+		slot := &c.slots[c.hand]
+		at := c.hand
+		c.hand = (c.hand + 1) % len(c.slots)
+		switch {
+		case slot.rec == nil:
+		case slot.used:
+			slot.used = false
+		default:
+			c.remove(int32(at))
+			return
+		}
+	}
+}
+
+// remove empties a slot that holds a record; c.mu is held.
+func (c *recordCache) remove(slot int32) {
+	r := c.slots[slot].rec
+	c.bytes -= r.size()
+	delete(c.byID, r.id)
+	c.slots[slot] = cacheSlot{}
+	c.free = append(c.free, slot)
 }
 
 // report tells sized the bytes held; c.mu is held.
@@ -188,10 +252,8 @@ func (c *recordCache) changing(ids []int64) recordChanges {
 	defer c.mu.Unlock()
 	c.epoch.Add(1)
 	for _, id := range ids {
-		if e, ok := c.byID[id]; ok {
-			c.bytes -= e.Value.(*cachedRecord).size()
-			c.lru.Remove(e)
-			delete(c.byID, id)
+		if slot, ok := c.byID[id]; ok {
+			c.remove(slot)
 		}
 	}
 	c.report()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -364,5 +365,44 @@ func TestCachedRecordSetBytesCopiesEachField(t *testing.T) {
 	}
 	if want := int64(cachedRecordOverhead + len(r.uri) + len(r.cid) + len(r.value)); r.size() != want {
 		t.Fatalf("size %d, want %d (the did and rkey are inside the URI)", r.size(), want)
+	}
+}
+
+// Random puts, hits and forgets keep the CLOCK's books: every id maps to
+// the slot holding its record, the free list holds exactly the empty
+// slots, the bytes are the records' sizes, and a put leaves the cache
+// within its bound.
+func TestRecordCacheBooksUnderRandomUse(t *testing.T) {
+	c := newRecordCache(32 << 10)
+	rng := rand.New(rand.NewPCG(7, 11))
+	for step := range 20_000 {
+		id := int64(rng.IntN(400))
+		switch rng.IntN(4) {
+		case 0, 1:
+			c.put(c.snapshot(), []*cachedRecord{{id: id, value: make([]byte, 100+rng.IntN(900))}})
+			if c.bytes > c.maxBytes {
+				t.Fatalf("step %d: %d bytes held after a put, bound %d", step, c.bytes, c.maxBytes)
+			}
+		case 2:
+			c.get(id)
+		case 3:
+			c.changing([]int64{id}).done()
+		}
+	}
+	var bytes int64
+	empty := 0
+	for i, slot := range c.slots {
+		if slot.rec == nil {
+			empty++
+			continue
+		}
+		bytes += slot.rec.size()
+		if got, ok := c.byID[slot.rec.id]; !ok || int(got) != i {
+			t.Fatalf("slot %d holds record %d, which maps to slot %d (%v)", i, slot.rec.id, got, ok)
+		}
+	}
+	if len(c.byID) != len(c.slots)-empty || len(c.free) != empty || bytes != c.bytes {
+		t.Fatalf("%d ids, %d slots of which %d empty, %d free; %d bytes counted, %d held",
+			len(c.byID), len(c.slots), empty, len(c.free), bytes, c.bytes)
 	}
 }
