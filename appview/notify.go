@@ -160,7 +160,8 @@ func (n *notifier) NotifyOfUpdate(ctx context.Context, uris []syntax.ATURI) (xrp
 		}
 		if res.Applied > 0 {
 			// An ingest tick: a fan-out grew feeds the sweep must trim.
-			if _, err := n.store.SweepTick(actx, feeds.Tick{Now: n.now(), Mutated: res.MutatedFeeds(), Rows: res.FanoutRows + res.MergedRows}); err != nil {
+			tick := feeds.Tick{Now: n.now(), Mutated: res.MutatedFeeds(), Events: res.Applied, Rows: res.FanoutRows + res.MergedRows}
+			if _, err := n.store.SweepTick(actx, tick); err != nil {
 				n.log.Error("sweep tick after notifyOfUpdate", "err", err)
 			}
 		}

@@ -78,7 +78,7 @@ type cacheSlot struct {
 }
 
 // cachedRecordOverhead approximates the bytes an entry costs beyond its
-// strings: the struct, the list element and the map slot.
+// strings: the struct, its slot and the map entry.
 const cachedRecordOverhead = 200
 
 // size counts the did and rkey within the URI, as setBytes lays them out.
@@ -176,20 +176,27 @@ func (c *recordCache) put(epoch uint64, recs []*cachedRecord) {
 			continue // one outsized record must not flush the cache
 		}
 		if slot, ok := c.byID[r.id]; ok {
-			c.bytes -= c.slots[slot].rec.size()
+			c.bytes += n - c.slots[slot].rec.size()
 			c.slots[slot].rec = r
-		} else {
-			c.byID[r.id] = c.newSlot(r)
+			continue
 		}
+		// Evict first, so the new record takes the slot just freed,
+		// behind the hand: it has a whole turn to be read again before
+		// the hand comes back to it.
+		for c.bytes+n > c.maxBytes && len(c.byID) > 0 {
+			c.evictOne()
+		}
+		c.byID[r.id] = c.newSlot(r)
 		c.bytes += n
 	}
-	for c.bytes > c.maxBytes {
+	for c.bytes > c.maxBytes { // a record replaced by a larger one
 		c.evictOne()
 	}
 	c.report()
 }
 
-// newSlot puts r in an empty slot, unmarked; c.mu is held.
+// newSlot puts r in an empty slot, unmarked: the one freed last, which
+// eviction leaves just behind the hand; c.mu is held.
 func (c *recordCache) newSlot(r *cachedRecord) int32 {
 	if n := len(c.free); n > 0 {
 		slot := c.free[n-1]

@@ -406,3 +406,29 @@ func TestRecordCacheBooksUnderRandomUse(t *testing.T) {
 			len(c.byID), len(c.slots), empty, len(c.free), bytes, c.bytes)
 	}
 }
+
+// A record put into a full cache whose every record was read since the
+// hand last passed takes the slot the put freed, behind the hand, and so
+// survives: the hand clears the others' marks first (a review found the
+// new records evicted by their own put, when they went after the hand).
+func TestRecordCacheKeepsWhatItJustPut(t *testing.T) {
+	c := newRecordCache(16 << 10)
+	rec := func(id int64) *cachedRecord { return &cachedRecord{id: id, value: make([]byte, 300)} }
+	var id int64
+	for c.bytes+rec(0).size() <= c.maxBytes {
+		c.put(c.snapshot(), []*cachedRecord{rec(id)})
+		id++
+	}
+	for round := range 3 {
+		for i := range id {
+			c.get(i)
+		}
+		page := []*cachedRecord{rec(1000 + 3*int64(round)), rec(1001 + 3*int64(round)), rec(1002 + 3*int64(round))}
+		c.put(c.snapshot(), page)
+		for _, r := range page {
+			if _, ok := c.get(r.id); !ok {
+				t.Fatalf("round %d: record %d was evicted by its own put", round, r.id)
+			}
+		}
+	}
+}

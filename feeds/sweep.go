@@ -113,32 +113,54 @@ type Tick struct {
 const maxSliceScale = 100
 
 // sliceVisits is how many viewers the slice of a mutated tick visits: its
-// events' share of the per-event pace (Tick.Events), and at
-// least one viewer per rowsPerVisit rows the batch wrote. The second
-// keeps feeds near their caps whatever the fan-out per event: visits keep
-// up with rows however many viewers there are, and the rolling cursor,
-// which gets at least half of each slice, completes a pass before the
-// average viewer has received about 2 × rowsPerVisit new rows
-// (docs/prune.md). With 10,000 viewers and 16 rows an event the per-event
-// pace is the faster one; with 100,000 viewers and 70 rows an event feeds
-// ran 45% over cap before the row pace (benchmarks.md).
+// events' share of the per-event pace (Tick.Events), or its rows' share
+// of the row pace, one visit per rowsPerVisit rows written, whichever is
+// more; the fraction of a visit left over is carried to the next tick, so
+// a tick owed less than one visit runs no slice. The row pace keeps feeds
+// near their caps whatever the fan-out per event: visits keep up with
+// rows however many viewers there are, and the rolling cursor, which gets
+// at least half of each slice, completes a pass before the average viewer
+// has received about 2 × rowsPerVisit new rows (docs/prune.md). With
+// 10,000 viewers and 16 rows an event the per-event pace is the faster
+// one; with 100,000 viewers and 70 rows an event feeds ran 45% over cap
+// before the row pace (benchmarks.md).
 //
-// Before the per-event share, every tick visited a whole budget: a live
-// stream's batches of 100 events (batch_interval) swept ten times as
-// fast per event as catch-up batches did, for nothing (benchmarks.md,
+// Before the shares, every mutated tick visited at least a whole budget:
+// a live stream's batches of 100 events (batch_interval) swept ten times
+// as fast per event as catch-up batches did, for nothing (benchmarks.md,
 // sixteenth round).
 func (sw *sweeper) sliceVisits(t Tick) int {
 	events := int64(t.Events)
 	if events <= 0 {
 		events = int64(sw.opts.BatchEvents)
 	}
-	sw.owedVisits += int64(sw.opts.Actors) * events
-	visits := sw.owedVisits / int64(sw.opts.BatchEvents)
-	sw.owedVisits -= visits * int64(sw.opts.BatchEvents)
-	if t.Rows > 0 && sw.rowsPerVisit > 0 {
-		visits = max(visits, (t.Rows-1)/sw.rowsPerVisit+1)
-	}
+	// Both shares in units of 1 / (BatchEvents × rowsPerVisit) of a visit,
+	// so the larger can be taken and its remainder carried exactly.
+	perVisit := max(sw.rowsPerVisit, 1)
+	unit := int64(sw.opts.BatchEvents) * perVisit
+	byEvents := int64(sw.opts.Actors) * events * perVisit
+	byRows := max(t.Rows, 0) * int64(sw.opts.BatchEvents)
+	sw.owedVisits += max(byEvents, byRows)
+	visits := sw.owedVisits / unit
+	sw.owedVisits -= visits * unit
 	return int(min(visits, int64(sw.opts.Actors)*maxSliceScale))
+}
+
+// grownShare is how many of a slice's visits the grown queue may walk:
+// half, and the odd visit of a slice to each queue in turn, so slices of
+// one visit (a slow stream) still serve grown feeds every other tick.
+func (sw *sweeper) grownShare(visits int) int {
+	if sw.opts.grownBudget() == 0 {
+		return 0
+	}
+	share := visits / 2
+	if visits%2 == 1 {
+		if sw.grownTakesOdd {
+			share++
+		}
+		sw.grownTakesOdd = !sw.grownTakesOdd
+	}
+	return share
 }
 
 // rowsPerVisitOf is the row pace of the sweep: a quarter of the smallest
@@ -155,7 +177,7 @@ func rowsPerVisitOf(lanes []lane) int64 {
 }
 
 // MutatedFeeds reports whether the batch wrote feed rows (a fan-out or a
-// follow merge), so its tick must run a sweep slice.
+// follow merge), so its tick owes the sweep visits.
 func (r BatchResult) MutatedFeeds() bool { return r.FanoutRows > 0 || r.MergedRows > 0 }
 
 // SweepReason says why a slice ran; it labels the slices metric.
@@ -174,7 +196,8 @@ const (
 type SweepResult struct {
 	// Reason is why a slice ran; empty when none did.
 	Reason SweepReason
-	// Viewers is how many viewers the slice visited, never more than
+	// Viewers is how many viewers the slice visited, never more than its
+	// share of the pace (sliceVisits) or, on an idle tick,
 	// SweepOptions.Actors; GrownViewers of them came from the grown queue.
 	Viewers      int
 	GrownViewers int
@@ -203,7 +226,8 @@ type sweeper struct {
 	grownPending   bool
 	disabledLanes  []int64 // lanes that left the config: their rows are swept away
 	rowsPerVisit   int64   // row pace of the slices (sliceVisits)
-	owedVisits     int64   // visits owed to earlier ticks' events, in Actors × events (< BatchEvents)
+	owedVisits     int64   // the fraction of a visit owed to earlier ticks (sliceVisits' unit)
+	grownTakesOdd  bool    // the next slice of an odd number of visits gives the odd one to the grown queue
 	incremental    bool    // the file is in auto_vacuum=incremental mode
 	vacuumMore     bool
 	retainNextUS   int64 // stream time at which the next retention lap may start

@@ -36,11 +36,7 @@ func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, vis
 	// The grown queue walks at most its half of the budget; the viewers
 	// it trimmed (a follower of two queued authors once) are the visits
 	// it used, and the rest of the budget is the rolling cursor's.
-	grownBudget := 0
-	if sw.opts.grownBudget() > 0 {
-		grownBudget = visits / 2
-	}
-	if err := w.serveGrown(grownBudget, visited, &deleted); err != nil {
+	if err := w.serveGrown(sw.grownShare(visits), visited, &deleted); err != nil {
 		return err
 	}
 	grown := len(visited)

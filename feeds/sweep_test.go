@@ -424,55 +424,85 @@ func TestSweepCatchUpTickVisitsItsShareOfBudgets(t *testing.T) {
 }
 
 // A live batch carries what batch_interval gathered, often a small part
-// of batch_size: its slice visits that part of a budget, and the fraction
-// of a visit left over is carried, so the pace per event is the catch-up
-// pace. (It was a whole budget a batch: ten times the pace for batches of
-// a tenth.)
+// of batch_size: its slice visits that part of a budget, or of the row
+// pace if that is more, and the fraction of a visit left over is carried,
+// so the pace per event is the catch-up pace. (It was a whole budget a
+// batch: ten times the pace for batches of a tenth.)
 func TestSweepLiveTicksVisitTheirShareOfABudget(t *testing.T) {
-	s := openSweep(t, t.TempDir()+"/appview.db", followingPosts(1), SweepOptions{Actors: 4, BatchEvents: 10})
+	// Cap 40: one visit per 10 rows; 4 visits per 10 events.
+	s := openSweep(t, t.TempDir()+"/appview.db", followingPosts(40), SweepOptions{Actors: 4, BatchEvents: 10})
 	var follows []Change
 	for i := range 12 {
 		follows = append(follows, follow(fmt.Sprintf("v%02d", i), "alice", "f", 1))
 	}
-	apply(t, s, follows...)
+	apply(t, s, append(follows, post("alice", "p0", 2))...) // the sweep visits viewers with feed rows
 	settle(t, s, t0, false)
-
-	// Batches of 3 events: 4 visits per 10 events is 1.2 a batch, so five
-	// batches visit 1, 1, 1, 1, 2 viewers (6 in all, the pace of 15 events).
-	var visits []int
-	for i := range 5 {
-		res := apply(t, s, post("alice", fmt.Sprintf("p%d", i), int64(10+i)))
-		r, err := s.SweepTick(context.Background(), Tick{Now: t0, Mutated: res.MutatedFeeds(), Events: 3})
+	sweep := func(events int, rows int64) SweepResult {
+		t.Helper()
+		r, err := s.SweepTick(context.Background(), Tick{Now: t0, Mutated: true, Events: events, Rows: rows})
 		if err != nil {
 			t.Fatal(err)
 		}
-		visits = append(visits, r.Viewers)
+		return r
+	}
+
+	// Batches of 3 events and few rows: 1.2 visits a batch, so five
+	// batches visit 1, 1, 1, 1, 2 viewers (6 in all, the pace of 15 events).
+	var visits []int
+	for range 5 {
+		visits = append(visits, sweep(3, 1).Viewers)
 	}
 	if want := []int{1, 1, 1, 1, 2}; !slices.Equal(visits, want) {
 		t.Fatalf("live slices visited %v viewers, want %v", visits, want)
 	}
 
-	// A batch of one event is owed 0.4 of a visit: no slice at all, and no
-	// write, until a later batch makes the visit whole.
-	res := apply(t, s, post("alice", "q1", 20))
+	// A batch of one event that wrote 5 rows is owed 0.4 of a visit by its
+	// events and 0.5 by its rows: no slice at all, and no write, until a
+	// second such batch makes the visit whole.
 	before := querySQL[int](t, s, `SELECT total_changes()`)
-	r, err := s.SweepTick(context.Background(), Tick{Now: t0, Mutated: res.MutatedFeeds(), Events: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Reason != "" || r.Viewers != 0 {
+	if r := sweep(1, 5); r.Reason != "" || r.Viewers != 0 {
 		t.Fatalf("a tick owed less than a visit ran a %q slice of %d viewers", r.Reason, r.Viewers)
 	}
 	if after := querySQL[int](t, s, `SELECT total_changes()`); after != before {
 		t.Fatalf("a tick owed less than a visit wrote %d rows", after-before)
 	}
-	res = apply(t, s, post("alice", "q2", 21))
-	r, err = s.SweepTick(context.Background(), Tick{Now: t0, Mutated: res.MutatedFeeds(), Events: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Reason != SweepIngest || r.Viewers != 1 {
+	if r := sweep(1, 5); r.Reason != SweepIngest || r.Viewers != 1 {
 		t.Fatalf("the tick that completed a visit ran a %q slice of %d viewers, want ingest and 1", r.Reason, r.Viewers)
+	}
+}
+
+// Slices of one visit, a slow stream's, give it to the grown queue and
+// the rolling cursor in turn: a grown feed is trimmed within two ticks,
+// not left for the rolling cursor's lap or an idle tick that a steady
+// stream never lets come (a review found it).
+func TestSweepOneVisitSlicesStillServeTheGrownQueue(t *testing.T) {
+	s := openSweep(t, t.TempDir()+"/appview.db", followingPosts(1), SweepOptions{Actors: 4, BatchEvents: 10})
+	var changes []Change
+	for i := range 40 {
+		changes = append(changes, follow(fmt.Sprintf("v%02d", i), "alice", "f", 1))
+	}
+	changes = append(changes, post("bob", "b1", 2), post("bob", "b2", 3))
+	apply(t, s, changes...)
+	settle(t, s, t0, false)
+	// The last viewer follows bob: the merge grows its feed past its cap
+	// and queues it.
+	apply(t, s, follow("v39", "bob", "g", 4))
+	if n := querySQL[int](t, s, `SELECT count(*) FROM sweep_grown`); n != 1 {
+		t.Fatalf("%d grown entries queued, want the merged viewer", n)
+	}
+	grown := 0
+	for range 2 {
+		r, err := s.SweepTick(context.Background(), Tick{Now: t0, Mutated: true, Events: 3, Rows: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Viewers != 1 {
+			t.Fatalf("slice of %d visits, want 1", r.Viewers)
+		}
+		grown += r.GrownViewers
+	}
+	if n := querySQL[int](t, s, `SELECT count(*) FROM sweep_grown`); grown != 1 || n != 0 {
+		t.Fatalf("two one-visit slices trimmed %d grown viewers, %d entries left; want 1 and none", grown, n)
 	}
 }
 
