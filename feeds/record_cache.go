@@ -130,15 +130,6 @@ func (c *recordCache) snapshot() uint64 {
 	return c.epoch.Load()
 }
 
-// get returns the cached record of id.
-func (c *recordCache) get(id int64) (*cachedRecord, bool) {
-	var r [1]*cachedRecord
-	if c.lookup([]PageKey{{RecordID: id}}, r[:]) == 1 {
-		return r[0], true
-	}
-	return nil, false
-}
-
 // lookup sets recs[i] to the cached record of keys[i] where there is one,
 // under one lock for the page, and returns how many it found.
 func (c *recordCache) lookup(keys []PageKey, recs []*cachedRecord) (hits int) {

@@ -432,3 +432,12 @@ func TestRecordCacheKeepsWhatItJustPut(t *testing.T) {
 		}
 	}
 }
+
+// get returns the cached record of id, as a page's lookup would.
+func (c *recordCache) get(id int64) (*cachedRecord, bool) {
+	var r [1]*cachedRecord
+	if c.lookup([]PageKey{{RecordID: id}}, r[:]) == 1 {
+		return r[0], true
+	}
+	return nil, false
+}

@@ -103,8 +103,8 @@ type Tick struct {
 	Events int
 	// Rows is the feed rows the tick's batch wrote (fan-out and merges).
 	// Where events reach many viewers each, the pace per event falls
-	// behind, so a slice also visits at least one viewer per
-	// rowsPerVisit rows written (see sliceVisits).
+	// behind, so a slice visits one viewer per rowsPerVisit rows written
+	// where that is more (see sliceVisits).
 	Rows int64
 }
 

@@ -7,8 +7,9 @@ import (
 )
 
 // runSlice runs one slice of up to visits viewers in one transaction: up
-// to half of them on queued grown feeds, the rest on the viewers after the rolling cursor,
-// each visited viewer's lanes trimmed to their caps. The new cursor and
+// to half of them on queued grown feeds (grownShare), the rest on the
+// viewers after the rolling cursor, each visited viewer's lanes trimmed
+// to their caps. The new cursor and
 // pass bookkeeping are stored in the same transaction as the deletes, so a
 // crash never records work that was not done.
 func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, visits int, res *SweepResult) error {
@@ -33,7 +34,7 @@ func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, vis
 	var deleted int64
 
 	visited := map[int64]bool{}
-	// The grown queue walks at most its half of the budget; the viewers
+	// The grown queue walks at most its share of the visits; the viewers
 	// it trimmed (a follower of two queued authors once) are the visits
 	// it used, and the rest of the budget is the rolling cursor's.
 	if err := w.serveGrown(sw.grownShare(visits), visited, &deleted); err != nil {

@@ -218,30 +218,42 @@ func TestSweepIdleTickWithNoPassDueIssuesNoDelete(t *testing.T) {
 	}
 }
 
-func TestSweepFollowMergeQueuesTheViewer(t *testing.T) {
-	feeds := followingPosts(2)
-	s := openSweep(t, t.TempDir()+"/appview.db", feeds, SweepOptions{Actors: 2})
-	// Ten viewers at cap, then a full pass so the rolling cursor is back
-	// at the start.
+// lastViewerFollowsBob opens a store whose one lane has the given cap,
+// where n viewers follow alice and are swept to rest at cap; then the
+// last of them, the one the rolling cursor reaches last, follows bob,
+// whose three posts the merge brings in past the cap and queues the
+// viewer as grown. It returns that viewer and the follow's batch.
+func lastViewerFollowsBob(t *testing.T, n, laneCap int, opts SweepOptions) (*Store, string, BatchResult) {
+	t.Helper()
+	s := openSweep(t, t.TempDir()+"/appview.db", followingPosts(laneCap), opts)
 	var changes []Change
-	for i := range 10 {
-		changes = append(changes, follow(fmt.Sprintf("v%d", i), "alice", "f", 1))
+	for i := range n {
+		changes = append(changes, follow(fmt.Sprintf("v%02d", i), "alice", "f", 1))
 	}
-	changes = append(changes, post("alice", "p1", 10), post("alice", "p2", 11))
+	for i := range laneCap {
+		changes = append(changes, post("alice", fmt.Sprintf("p%d", i), int64(10+i)))
+	}
 	apply(t, s, changes...)
 	settle(t, s, t0, false)
-	// The last viewer, the one the rolling cursor reaches last, follows
-	// bob, whose three posts the merge brings in.
 	apply(t, s, post("bob", "b1", 20), post("bob", "b2", 21), post("bob", "b3", 22))
-	res := apply(t, s, follow("v9", "bob", "fb", 30))
+	last := fmt.Sprintf("v%02d", n-1)
+	res := apply(t, s, follow(last, "bob", "fb", 30))
 	if res.MergedRows != 3 {
 		t.Fatalf("merged %d rows, want 3", res.MergedRows)
 	}
+	if q := querySQL[int](t, s, `SELECT count(*) FROM sweep_grown`); q != 1 {
+		t.Fatalf("%d grown entries queued, want the merged viewer", q)
+	}
+	return s, last, res
+}
+
+func TestSweepFollowMergeQueuesTheViewer(t *testing.T) {
+	s, last, res := lastViewerFollowsBob(t, 10, 2, SweepOptions{Actors: 2})
 	r := tick(t, s, t0, res.MutatedFeeds())
 	if r.GrownViewers != 1 || r.Pending {
 		t.Fatalf("tick = %+v, want the one grown viewer served and nothing pending", r)
 	}
-	if got := feedRKeys(t, s, "following", "v9", postNSID); !slices.Equal(got, []string{"b3", "b2"}) {
+	if got := feedRKeys(t, s, "following", last, postNSID); !slices.Equal(got, []string{"b3", "b2"}) {
 		t.Fatalf("feed = %v after one tick, want it back at cap", got)
 	}
 }
@@ -473,23 +485,10 @@ func TestSweepLiveTicksVisitTheirShareOfABudget(t *testing.T) {
 
 // Slices of one visit, a slow stream's, give it to the grown queue and
 // the rolling cursor in turn: a grown feed is trimmed within two ticks,
-// not left for the rolling cursor's lap or an idle tick that a steady
-// stream never lets come (a review found it).
+// not left for the rolling cursor's lap (40 ticks here) or an idle tick
+// that a steady stream never lets come (a review found it).
 func TestSweepOneVisitSlicesStillServeTheGrownQueue(t *testing.T) {
-	s := openSweep(t, t.TempDir()+"/appview.db", followingPosts(1), SweepOptions{Actors: 4, BatchEvents: 10})
-	var changes []Change
-	for i := range 40 {
-		changes = append(changes, follow(fmt.Sprintf("v%02d", i), "alice", "f", 1))
-	}
-	changes = append(changes, post("bob", "b1", 2), post("bob", "b2", 3))
-	apply(t, s, changes...)
-	settle(t, s, t0, false)
-	// The last viewer follows bob: the merge grows its feed past its cap
-	// and queues it.
-	apply(t, s, follow("v39", "bob", "g", 4))
-	if n := querySQL[int](t, s, `SELECT count(*) FROM sweep_grown`); n != 1 {
-		t.Fatalf("%d grown entries queued, want the merged viewer", n)
-	}
+	s, _, _ := lastViewerFollowsBob(t, 40, 1, SweepOptions{Actors: 4, BatchEvents: 10})
 	grown := 0
 	for range 2 {
 		r, err := s.SweepTick(context.Background(), Tick{Now: t0, Mutated: true, Events: 3, Rows: 1})
@@ -501,8 +500,8 @@ func TestSweepOneVisitSlicesStillServeTheGrownQueue(t *testing.T) {
 		}
 		grown += r.GrownViewers
 	}
-	if n := querySQL[int](t, s, `SELECT count(*) FROM sweep_grown`); grown != 1 || n != 0 {
-		t.Fatalf("two one-visit slices trimmed %d grown viewers, %d entries left; want 1 and none", grown, n)
+	if n, over := querySQL[int](t, s, `SELECT count(*) FROM sweep_grown`), feedsOverCap(t, s); grown != 1 || n != 0 || over != 0 {
+		t.Fatalf("two one-visit slices trimmed %d grown viewers; %d entries left, %d feeds over cap; want 1, 0, 0", grown, n, over)
 	}
 }
 

@@ -18,11 +18,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/atfeeds/appview/workload/replay"
 )
 
 type options struct {
@@ -112,8 +113,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.events < 10 {
 		return errors.New("-events: must be at least 10")
 	}
-	if o.readRate < 0 || math.IsNaN(o.readRate) || math.IsInf(o.readRate, 0) ||
-		o.readRate > 0 && float64(time.Second)/o.readRate >= math.MaxInt64 {
+	if o.readRate != 0 && !replay.ValidRate(o.readRate) {
 		return fmt.Errorf("-read-rate: %v: want 0 (no ingest while the clients read) or more", o.readRate)
 	}
 	if o.tenthProfiles != "" {

@@ -61,13 +61,18 @@ func (a *after) Next(ctx context.Context) (workload.Frame, error) {
 // Throttle paces src to perSecond frames a second from the first call. A
 // reader that falls behind catches up by at most maxBurst worth of frames
 // (timer and scheduling jitter), not in a burst after a long stall.
-// perSecond must be positive.
+// perSecond must be a ValidRate.
 func Throttle(src Source, perSecond float64) Source {
-	interval := float64(time.Second) / perSecond
-	if !(perSecond > 0) || interval >= math.MaxInt64 {
-		panic(fmt.Sprintf("replay.Throttle: rate %v: want a positive rate of at least one frame in 292 years", perSecond))
+	if !ValidRate(perSecond) {
+		panic(fmt.Sprintf("replay.Throttle: rate %v: want a finite positive rate of at least one frame in 292 years", perSecond))
 	}
-	return &throttle{src: src, interval: time.Duration(interval)}
+	return &throttle{src: src, interval: time.Duration(float64(time.Second) / perSecond)}
+}
+
+// ValidRate reports whether Throttle can pace frames at perSecond: finite,
+// positive, and with an interval between frames a time.Duration holds.
+func ValidRate(perSecond float64) bool {
+	return perSecond > 0 && !math.IsInf(perSecond, 1) && float64(time.Second)/perSecond < math.MaxInt64
 }
 
 const maxBurst = 100 * time.Millisecond
