@@ -22,21 +22,7 @@ func (w *txWriter) applyFollow(c *Change, collID int64) error {
 	}
 
 	if c.Op == OpDelete {
-		if found && oldRev > c.Rev {
-			w.res.Duplicates++
-			return nil
-		}
-		if !found {
-			_, covers, err := w.tombstoned(actorID, collID, c.RKey, c.Rev)
-			if err != nil {
-				return err
-			}
-			if covers {
-				w.res.Duplicates++
-				return nil
-			}
-		}
-		if err := w.bury(actorID, collID, c); err != nil {
+		if applies, err := w.buryDelete(actorID, collID, c, found, oldRev); err != nil || !applies {
 			return err
 		}
 		if found {

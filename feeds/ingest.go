@@ -369,6 +369,30 @@ func (w *txWriter) tombstoned(actorID, collID int64, rkey syntax.RecordKey, rev 
 	return found, found && tsRev >= rev, nil
 }
 
+// buryDelete applies the revision rules a delete of a record or a follow
+// shares. A delete older than the stored row, or one an existing tombstone
+// already covers (a replay), is a duplicate: counted, nothing written.
+// Otherwise its tombstone is written, so a replayed create older than the
+// delete cannot bring the row back, and the caller removes the stored row
+// if there is one (found).
+func (w *txWriter) buryDelete(actorID, collID int64, c *Change, found bool, storedRev string) (applies bool, err error) {
+	if found && storedRev > c.Rev {
+		w.res.Duplicates++
+		return false, nil
+	}
+	if !found {
+		_, covers, err := w.tombstoned(actorID, collID, c.RKey, c.Rev)
+		if err != nil {
+			return false, err
+		}
+		if covers {
+			w.res.Duplicates++
+			return false, nil
+		}
+	}
+	return true, w.bury(actorID, collID, c)
+}
+
 func (w *txWriter) bury(actorID, collID int64, c *Change) error {
 	_, err := w.exec(w.s.stmts.upsertTombstone, actorID, collID, string(c.RKey), c.Rev, c.TimeUS)
 	if err != nil {
