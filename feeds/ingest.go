@@ -106,6 +106,10 @@ func (s *Store) begin(ctx context.Context) (*txWriter, error) {
 		}
 		return nil, fmt.Errorf("begin write: %w", err)
 	}
+	if err := s.noticeOtherWriters(ctx, tx); err != nil {
+		tx.Rollback()
+		return nil, err
+	}
 	return &txWriter{s: s, ctx: ctx, tx: tx, bound: map[*sql.Stmt]*sql.Stmt{}}, nil
 }
 

@@ -8,6 +8,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type recordCacheMetrics struct {
 	hits, misses prometheus.Counter
 	bytes        prometheus.Gauge
+	forgotAll    prometheus.Counter
 }
 
 func newRecordCacheMetrics(reg prometheus.Registerer) *recordCacheMetrics {
@@ -22,8 +23,12 @@ func newRecordCacheMetrics(reg prometheus.Registerer) *recordCacheMetrics {
 			Namespace: "appview", Subsystem: "feed", Name: "record_cache_bytes",
 			Help: "Approximate bytes the record cache holds (database.record_cache_mb bounds it).",
 		}),
+		forgotAll: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "appview", Subsystem: "feed", Name: "record_cache_resets_total",
+			Help: "Times the record cache was emptied because another process (an operator command) committed to the database.",
+		}),
 	}
-	reg.MustRegister(lookups, m.bytes)
+	reg.MustRegister(lookups, m.bytes, m.forgotAll)
 	return m
 }
 
@@ -44,4 +49,12 @@ func (m *Metrics) recordCacheSized() func(int64) {
 	}
 	g := m.recordCache.bytes
 	return func(b int64) { g.Set(float64(b)) }
+}
+
+// recordCacheForgotAll counts one emptying of the record cache.
+func (m *Metrics) recordCacheForgotAll() {
+	if m == nil || m.recordCache == nil {
+		return
+	}
+	m.recordCache.forgotAll.Inc()
 }

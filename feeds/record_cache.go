@@ -267,6 +267,22 @@ func (ch recordChanges) done() {
 	}
 }
 
+// forgetAll empties the cache: another process committed to the file
+// (other_writers.go), so any record may have changed. The epoch moves on
+// and stays even, so reads that began before cannot put what they read.
+// The caller holds the Store's writeMu, so no commit is changing records.
+func (c *recordCache) forgetAll() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch.Add(2)
+	clear(c.byID)
+	c.slots, c.free, c.hand, c.bytes = nil, nil, 0, 0
+	c.report()
+}
+
 // stats returns the entries and bytes held, for the metrics.
 func (c *recordCache) stats() (entries int, bytes int64) {
 	if c == nil {

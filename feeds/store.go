@@ -95,6 +95,10 @@ type Store struct {
 	// recordCache serves the records feed pages show; the writer forgets
 	// the ones a commit changes before the commit (record_cache.go).
 	recordCache *recordCache
+	// dataVersion is the writer connection's last data_version, once
+	// dataVersionRead; guarded by writeMu (other_writers.go).
+	dataVersion     int64
+	dataVersionRead bool
 	// afterPageKeys, set by tests, runs between a page's two reads.
 	afterPageKeys func()
 	// afterCommit, set by tests, runs after a write transaction's commit,

@@ -252,6 +252,11 @@ func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
 	if err := s.sweepInit(ctx); err != nil {
 		return SweepResult{}, err
 	}
+	// An idle stream begins no transaction, so another process's commit
+	// is noticed here (other_writers.go).
+	if err := s.noticeOtherWriters(ctx, s.writer); err != nil {
+		return SweepResult{}, err
+	}
 	var res SweepResult
 	sw := &s.sweep
 	now := t.Now.UnixMicro()

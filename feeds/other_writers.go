@@ -1,0 +1,46 @@
+package feeds
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// Other processes write to the file too: the operator commands (`appview
+// backfill`, `rebuild`, `cursor`, …) run beside the daemon with
+// connections of their own. Their commits never pass the daemon's writer,
+// so the record cache (record_cache.go), which a commit tells of the
+// records it changes, would go on serving a record another process edited
+// or re-listed until it happened to be evicted.
+//
+// SQLite's data_version, read on a connection, changes when any other
+// connection has committed since that connection last read it, and not
+// for its own commits. The daemon's read connections never write, so on
+// the writer connection a change means another process committed. The
+// writer reads it at the start of every transaction and at every sweep
+// tick (idle ticks included, every sweep.idle_interval), and on a change
+// forgets every cached record.
+
+// rowQuerier is the writer's open transaction, or the writer pool when
+// no transaction is open.
+type rowQuerier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// noticeOtherWriters empties the record cache when another connection
+// committed since the last call. The caller holds writeMu.
+func (s *Store) noticeOtherWriters(ctx context.Context, q rowQuerier) error {
+	if s.recordCache == nil {
+		return nil
+	}
+	var v int64
+	if err := q.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v); err != nil {
+		return fmt.Errorf("read data_version: %w", err)
+	}
+	if s.dataVersionRead && v != s.dataVersion {
+		s.recordCache.forgetAll()
+		s.metrics.recordCacheForgotAll()
+	}
+	s.dataVersion, s.dataVersionRead = v, true
+	return nil
+}

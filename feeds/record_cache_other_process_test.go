@@ -1,0 +1,45 @@
+package feeds
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+)
+
+// Operator commands (appview backfill, rebuild, migrate) write to the file
+// while the daemon runs, from processes of their own. Their commits never
+// pass the daemon's writer, so the daemon's record cache cannot hear of
+// the records they change; the writer notices another connection's commit
+// (PRAGMA data_version) at its next transaction or idle tick and forgets
+// every record.
+func TestTheRecordCacheForgetsWhatAnotherProcessChanged(t *testing.T) {
+	for _, notice := range []string{"next batch", "idle tick"} {
+		t.Run(notice, func(t *testing.T) {
+			path := t.TempDir() + "/appview.db"
+			daemon := mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds, IndexAll: true, RecordCacheMB: 4})
+			apply(t, daemon, follow("alice", "carol", "f1", 1), post("carol", "p1", 10))
+			if items := firstPage(t, daemon, "alice"); len(items) != 1 || items[0].CID != "bafypostp1" {
+				t.Fatalf("first page %+v, want p1 (now cached)", items)
+			}
+
+			// Another process edits p1: an operator's backfill, say.
+			other := mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds, IndexAll: true})
+			upd := post("carol", "p1", 20)
+			upd.Op, upd.CID, upd.Record = OpUpdate, "bafyedited", json.RawMessage(`{"$type":"app.bsky.feed.post","text":"edited"}`)
+			apply(t, other, upd)
+
+			switch notice {
+			case "next batch":
+				apply(t, daemon, post("dave", "x", 30))
+			case "idle tick":
+				if _, err := daemon.SweepTick(context.Background(), Tick{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			items := firstPage(t, daemon, "alice")
+			if len(items) != 1 || items[0].CID != "bafyedited" || string(items[0].Value) != string(upd.Record) {
+				t.Fatalf("page after another process edited p1: %+v, want the edit", items)
+			}
+		})
+	}
+}
