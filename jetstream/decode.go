@@ -125,9 +125,26 @@ func (d *Decoder) Decode(frame []byte) (Event, error) {
 		return ev, perr
 	}
 	if derr != nil {
+		d.distrustAhead(&ev)
 		return ev, derr
 	}
 	return ev, nil
+}
+
+// distrustAhead strips the time_us of a frame dropped as malformed when
+// it is past the local clock. A valid frame may run up to maxClockSkew
+// ahead (a server whose clock is fast), but a frame already judged bad
+// must not choose where the stream resumes, as its sequence number may
+// not (skipped): one stamped four minutes ahead became the position, so
+// the stored cursor refused every later batch's as older and a reconnect
+// asked for a cursor past the events sent after it
+// (TestAMalformedFrameStampedAheadIsNotThePosition). Without a position
+// the frame is counted and dropped, not handed over; the good frames
+// around it move the cursor.
+func (d *Decoder) distrustAhead(ev *Event) {
+	if ev.TimeUS > d.now().UnixMicro() {
+		ev.TimeUS = 0
+	}
 }
 
 // checkPosition drops ev's position, leaving a KindSkipped event with none,
@@ -216,6 +233,7 @@ func (d *Decoder) salvage(prefix []byte, reason *DropError) (Event, *DropError) 
 	if perr := d.checkPosition(&ev); perr != nil {
 		return ev, perr
 	}
+	d.distrustAhead(&ev)
 	return ev, reason
 }
 
