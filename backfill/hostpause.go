@@ -3,6 +3,7 @@ package backfill
 import (
 	"errors"
 	"maps"
+	"net/url"
 	"time"
 
 	"github.com/atfeeds/appview/pds"
@@ -23,12 +24,25 @@ const defaultHostPause = 30 * time.Second
 // request, and pauses again if it still limits).
 const maxPausedHosts = 10_000
 
+// hostKey is what the per-host request limit and the pause map count a
+// PDS endpoint under: its host and port. A DID document may name one host
+// under many paths (https://h/a, https://h/b); keyed by the whole
+// endpoint, each path got slots and a pause of its own, so documents
+// naming one host under many paths went round both
+// (TestAHostsPathsShareItsPause). profiles and notify key by host too.
+func hostKey(endpoint string) string {
+	if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return endpoint
+}
+
 // errHostPaused is the cause of a listing failed without a request,
 // because its host asked us to wait.
 var errHostPaused = errors.New("host rate limited us: waiting")
 
-// hostPaused returns the rate-limit error a request to host meets without
-// being sent, while the host is paused.
+// hostPaused returns the rate-limit error a request to host (a hostKey)
+// meets without being sent, while the host is paused.
 func (s *Service) hostPaused(host string, now time.Time) error {
 	s.mu.Lock()
 	until, ok := s.paused[host]

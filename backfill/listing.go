@@ -289,23 +289,24 @@ func pageLimit(maxRecords, fetched int) int {
 // fetchPage asks the PDS for one page within the global and per-host
 // request limits.
 func (s *Service) fetchPage(ctx context.Context, host string, account syntax.DID, coll syntax.NSID, limit int, cursor string) (pds.Page, error) {
-	if err := s.hostPaused(host, s.cfg.Now()); err != nil {
+	key := hostKey(host)
+	if err := s.hostPaused(key, s.cfg.Now()); err != nil {
 		s.metrics.pdsRequest("host_paused")
 		return pds.Page{}, err
 	}
-	release, err := s.limits.Acquire(ctx, host)
+	release, err := s.limits.Acquire(ctx, key)
 	if err != nil {
 		return pds.Page{}, err
 	}
 	defer release()
 	// The host may have asked us to wait while this request waited for
 	// a slot (TestNoRequestReachesAPausedHostFromTheSlotQueue).
-	if err := s.hostPaused(host, s.cfg.Now()); err != nil {
+	if err := s.hostPaused(key, s.cfg.Now()); err != nil {
 		s.metrics.pdsRequest("host_paused")
 		return pds.Page{}, err
 	}
 	page, err := s.pds.ListRecords(ctx, host, account, coll, limit, cursor)
-	s.notePause(host, err, s.cfg.Now())
+	s.notePause(key, err, s.cfg.Now())
 	outcome := "ok"
 	if err != nil {
 		outcome = pds.KindOf(err).String()
