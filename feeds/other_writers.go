@@ -19,7 +19,11 @@ import (
 // the writer connection a change means another process committed. The
 // writer reads it at the start of every transaction and at every sweep
 // tick (idle ticks included, every sweep.idle_interval), and on a change
-// forgets every cached record.
+// forgets every cached record. The counter is the connection's own, and
+// database/sql replaces a writer connection it finds broken
+// (writer_conn.go): a new connection's first value cannot tell what was
+// committed before it opened, so a new connection forgets every cached
+// record too (TestTheRecordCacheForgetsWhatAnotherProcessChanged).
 
 // rowQuerier is the writer's open transaction, or the writer pool when
 // no transaction is open.
@@ -37,10 +41,12 @@ func (s *Store) noticeOtherWriters(ctx context.Context, q rowQuerier) error {
 	if err := q.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v); err != nil {
 		return fmt.Errorf("read data_version: %w", err)
 	}
-	if s.dataVersionRead && v != s.dataVersion {
+	// Loaded after the query, which opened the connection if it is new.
+	conn := s.writerOpened.Load()
+	if s.dataVersionConn != 0 && (conn != s.dataVersionConn || v != s.dataVersion) {
 		s.recordCache.forgetAll()
 		s.metrics.recordCacheForgotAll()
 	}
-	s.dataVersion, s.dataVersionRead = v, true
+	s.dataVersion, s.dataVersionConn = v, conn
 	return nil
 }

@@ -2,6 +2,7 @@ package feeds
 
 import (
 	"context"
+	"database/sql/driver"
 	"encoding/json"
 	"testing"
 )
@@ -11,9 +12,12 @@ import (
 // pass the daemon's writer, so the daemon's record cache cannot hear of
 // the records they change; the writer notices another connection's commit
 // (PRAGMA data_version) at its next transaction or idle tick and forgets
-// every record.
+// every record. The counter is per connection, so a writer connection
+// database/sql replaced in between (writer_conn.go) forgets them too: its
+// first value cannot tell (a review found the new connection's value
+// equal to the old one's).
 func TestTheRecordCacheForgetsWhatAnotherProcessChanged(t *testing.T) {
-	for _, notice := range []string{"next batch", "idle tick"} {
+	for _, notice := range []string{"next batch", "idle tick", "next batch on a new writer connection"} {
 		t.Run(notice, func(t *testing.T) {
 			path := t.TempDir() + "/appview.db"
 			daemon := mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds, IndexAll: true, RecordCacheMB: 4})
@@ -35,6 +39,14 @@ func TestTheRecordCacheForgetsWhatAnotherProcessChanged(t *testing.T) {
 				if _, err := daemon.SweepTick(context.Background(), Tick{}); err != nil {
 					t.Fatal(err)
 				}
+			case "next batch on a new writer connection":
+				conn, err := daemon.writer.Conn(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				conn.Raw(func(any) error { return driver.ErrBadConn }) // the pool drops it
+				conn.Close()
+				apply(t, daemon, post("dave", "x", 30))
 			}
 			items := firstPage(t, daemon, "alice")
 			if len(items) != 1 || items[0].CID != "bafyedited" || string(items[0].Value) != string(upd.Record) {

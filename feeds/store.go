@@ -95,10 +95,12 @@ type Store struct {
 	// recordCache serves the records feed pages show; the writer forgets
 	// the ones a commit changes before the commit (record_cache.go).
 	recordCache *recordCache
-	// dataVersion is the writer connection's last data_version, once
-	// dataVersionRead; guarded by writeMu (other_writers.go).
+	// writerOpened counts the writer connections opened; dataVersion is
+	// the last data_version read on the one numbered dataVersionConn
+	// (0: none read yet); both guarded by writeMu (other_writers.go).
+	writerOpened    *atomic.Int64
 	dataVersion     int64
-	dataVersionRead bool
+	dataVersionConn int64
 	// afterPageKeys, set by tests, runs between a page's two reads.
 	afterPageKeys func()
 	// afterCommit, set by tests, runs after a write transaction's commit,
@@ -269,7 +271,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		// Takes effect only on a new file, before the first table.
 		writerDSN += "&_pragma=auto_vacuum(incremental)"
 	}
-	writer := sql.OpenDB(writerConnector(writerDSN))
+	writerOpened := new(atomic.Int64)
+	writer := sql.OpenDB(writerConnector(writerDSN, writerOpened))
 	writer.SetMaxOpenConns(1)
 	writer.SetMaxIdleConns(1)
 	writer.SetConnMaxLifetime(0)
@@ -278,6 +281,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		path:          opts.Path,
 		walPages:      opts.WALPages,
 		writer:        writer,
+		writerOpened:  writerOpened,
 		log:           opts.Logger.With("component", "feeds"),
 		syncRunsKept:  SyncRunsKept,
 		metrics:       opts.Metrics,

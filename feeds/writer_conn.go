@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"sync/atomic"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -30,10 +31,13 @@ func isBusy(err error) bool {
 // writer connection makes the table as it opens.
 
 // writerConnector opens writer connections on a driver of their own,
-// whose connection hook makes the TEMP table.
-func writerConnector(dsn string) driver.Connector {
+// whose connection hook makes the TEMP table and counts the connection in
+// opened (other_writers.go: a new connection's data_version says nothing
+// about commits before it opened).
+func writerConnector(dsn string, opened *atomic.Int64) driver.Connector {
 	drv := &sqlite.Driver{}
 	drv.RegisterConnectionHook(func(c sqlite.ExecQuerierContext, _ string) error {
+		opened.Add(1)
 		_, err := c.ExecContext(context.Background(), fanoutSQL.createPending, nil)
 		return err
 	})
