@@ -266,12 +266,15 @@ func TestSurprisingRecordsAreDroppedAndCounted(t *testing.T) {
 		}, "bad_did"},
 	}
 	ts := now
-	for _, tt := range tests {
+	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := td.metricValue(t, dropped(tt.reason))
 			ts += 1000
-			js.Append(tt.frame(ts))
-			td.waitCursor(t, ts)
+			// A dropped frame moves no position, so a valid post of an
+			// account nobody follows comes after it: once the cursor
+			// reaches it, the frame before it was read and dropped.
+			js.Append(tt.frame(ts), jetstreamtest.Post(user("dave"), fmt.Sprintf("3lsent%07d", i), ts+500, "sentinel"))
+			td.waitCursor(t, ts+500)
 			if got := td.metricValue(t, dropped(tt.reason)); got != before+1 {
 				t.Errorf("%s drops %v, want %v", tt.reason, got, before+1)
 			}
@@ -328,8 +331,10 @@ func junkFrame(i int, ts int64) []byte {
 }
 
 // TestMalformedFlood: 20,000 malformed frames interleaved with 150 valid
-// posts are dropped and counted; every valid post is applied and the
-// committed cursor reaches the time_us of the last frame, itself junk.
+// posts are dropped and counted; every valid post is applied, the
+// committed cursor reaches the last valid post, and the junk after it,
+// stamped later, does not move it (a frame judged bad moves no position:
+// jetstream TestAMalformedFrameStampedAheadIsNotThePosition).
 func TestMalformedFlood(t *testing.T) {
 	js := jetstreamtest.NewServer()
 	defer js.Close()
@@ -359,13 +364,14 @@ func TestMalformedFlood(t *testing.T) {
 			junk++
 		}
 	}
+	lastValid := ts
 	ts += 1000
 	for range 49 {
 		frames = append(frames, junkFrame(junk, ts))
 		junk++
 	}
-	// The last frame is junk with a readable time_us: the cursor must
-	// still get there.
+	// The last frame is junk with a readable time_us, later than the
+	// last valid post's: the cursor must not get there.
 	frames = append(frames, []byte(fmt.Sprintf(`{"did":"not a did","time_us":%d,"kind":"commit"}`, ts)))
 	junk++
 	if junk != 20_000 {
@@ -376,9 +382,9 @@ func TestMalformedFlood(t *testing.T) {
 	js.Append(frames...)
 	// Not td.waitCursor: its 10s is short for 20k frames under the race
 	// detector on a busy machine; a stalled cursor still fails here.
-	for td.Store().Cursor().TimeUS < ts {
+	for td.Store().Cursor().TimeUS < lastValid {
 		if time.Since(start) > time.Minute {
-			t.Fatalf("cursor stuck at %d, want %d", td.Store().Cursor().TimeUS, ts)
+			t.Fatalf("cursor stuck at %d, want %d", td.Store().Cursor().TimeUS, lastValid)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -395,6 +401,9 @@ func TestMalformedFlood(t *testing.T) {
 	}
 	if got != float64(junk) {
 		t.Errorf("dropped %v frames, want %d", got, junk)
+	}
+	if c := td.Store().Cursor().TimeUS; c != lastValid {
+		t.Errorf("cursor %d after the trailing junk, want the last valid post's %d", c, lastValid)
 	}
 	slices.Reverse(want)
 	if got := td.feed(t, alice); !slices.Equal(got, want) {

@@ -76,8 +76,7 @@ type Config struct {
 // SessionReport describes one connection: when it opened and closed, the
 // cursor it asked for, the newest time_us it delivered, how many events it
 // delivered and how many frames it dropped, and why it ended. A dropped
-// frame whose position could be read is handed over too (as KindSkipped,
-// so the cursor moves past it) but counts as dropped only.
+// frame is never handed over.
 type SessionReport struct {
 	Host                    string
 	Connected, Disconnected time.Time

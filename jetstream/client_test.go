@@ -475,13 +475,10 @@ func TestClientDropsMalformedFramesAndGoesOn(t *testing.T) {
 	})
 	h := startClient(t, Config{URLs: []string{srv.url}}, fixed(Position{}), 10)
 
-	// The bad-DID frame had a readable time_us: it comes through as a
-	// skipped event so the caller's cursor moves past it.
-	if ev := h.next(t); ev.Kind != KindSkipped || ev.TimeUS != 1795975616980000 || ev.Host != srv.url {
-		t.Fatalf("first event %+v, want the skipped bad-DID frame", ev)
-	}
-	if ev := h.next(t); ev.Kind != KindCommit || ev.TimeUS != 1795975616991124 {
-		t.Fatalf("second event %+v, want the post", ev)
+	// No junk frame is handed over, the bad-DID one with a readable
+	// time_us included: a frame judged bad does not move the cursor.
+	if ev := h.next(t); ev.Kind != KindCommit || ev.TimeUS != 1795975616991124 || ev.Host != srv.url {
+		t.Fatalf("first event %+v, want the post", ev)
 	}
 	for reason, want := range map[string]float64{ReasonBadJSON: 2, ReasonBadDID: 1, ReasonBinaryFrame: 1, ReasonBadKind: 0} {
 		if got := testutil.ToFloat64(h.metrics.dropped.WithLabelValues(reason)); got != want {
@@ -519,8 +516,8 @@ func TestClientFutureFrameCarriesNoPosition(t *testing.T) {
 	}
 }
 
-// An oversized frame is discarded without dropping the connection, and
-// its position is salvaged so a reconnect would not replay it forever.
+// An oversized frame is discarded without dropping the connection (a
+// reconnect would replay it forever), and not handed over.
 func TestClientFrameTooLarge(t *testing.T) {
 	for _, compress := range []bool{false, true} {
 		t.Run(fmt.Sprintf("compression=%v", compress), func(t *testing.T) {
@@ -532,11 +529,8 @@ func TestClientFrameTooLarge(t *testing.T) {
 			})
 			cfg := Config{URLs: []string{srv.url}, MaxFrameBytes: 1024, Compression: compress}
 			h := startClient(t, cfg, fixed(Position{}), 10)
-			if ev := h.next(t); ev.Kind != KindSkipped || ev.TimeUS != 1795975616991124 {
-				t.Fatalf("first event %+v, want the oversized frame skipped", ev)
-			}
 			if ev := h.next(t); ev.Kind != KindCommit || ev.TimeUS != 1795975616983633 {
-				t.Fatalf("second event %+v", ev)
+				t.Fatalf("first event %+v, want the follow after the oversized frame", ev)
 			}
 			if got := testutil.ToFloat64(h.metrics.dropped.WithLabelValues(ReasonFrameTooLarge)); got != 1 {
 				t.Errorf("dropped{frame_too_large} = %v, want 1", got)
@@ -815,9 +809,9 @@ func TestRestartDuringDialKeepsNoOldEvent(t *testing.T) {
 	}
 }
 
-// A session's report counts a dropped frame as dropped, not also as
-// delivered, though its position is handed over as a skipped event (the
-// daemon stores the report as a sync run's written and skipped counts).
+// A session's report counts a dropped frame as dropped, not as delivered
+// (the daemon stores the report as a sync run's written and skipped
+// counts), and hands only the good frame over.
 func TestSessionReportCountsADroppedFrameOnce(t *testing.T) {
 	bad := strings.Replace(postFrame, `"operation":"update"`, `"operation":"bogus"`, 1)
 	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
@@ -828,9 +822,16 @@ func TestSessionReportCountsADroppedFrameOnce(t *testing.T) {
 	})
 	reports := make(chan SessionReport, 10)
 	h := startClient(t, Config{URLs: []string{srv.url}, OnSessionEnd: func(r SessionReport) { reports <- r }}, fixed(Position{}), 10)
-	kinds := []Kind{h.next(t).Kind, h.next(t).Kind, h.next(t).Kind}
-	if kinds[0] != KindCommit || kinds[1] != KindSkipped || kinds[2] != KindSkipped {
-		t.Fatalf("handed over %v, want a commit and two skipped", kinds)
+	if ev := h.next(t); ev.Kind != KindCommit {
+		t.Fatalf("handed over %+v, want the commit", ev)
+	}
+	waitFor(t, "the two bad frames counted", func() bool {
+		return testutil.ToFloat64(h.metrics.dropped.WithLabelValues(ReasonBadOperation)) == 2
+	})
+	select {
+	case ev := <-h.out:
+		t.Fatalf("a dropped frame was handed over: %+v", ev)
+	default:
 	}
 	h.cancel()
 	r := <-reports
@@ -843,8 +844,8 @@ func TestSessionReportCountsADroppedFrameOnce(t *testing.T) {
 // its "cursor" over as the resume sequence when it had the newest
 // time_us: a same-host reconnect then asked the server for that sequence,
 // far behind everything already delivered (a v2 server replays its whole
-// window from it; found by a review). A dropped frame moves the position
-// by its time only.
+// window from it; found by a review). A dropped frame does not move the
+// position at all now (TestAMalformedFrameStampedAheadIsNotThePosition).
 func TestAMalformedFrameDoesNotSetTheResumeSequence(t *testing.T) {
 	good := `{"did":"did:plc:kdmhsqjgb4mmrul5nxbat2xs","time_us":1795975616991124,"cursor":900000,"kind":"commit","commit":{"rev":"3ke6kg3wlch22","operation":"delete","collection":"app.bsky.feed.post","rkey":"3kbbpidw2r7zx"}}`
 	junk := `{"did":"did:plc:kdmhsqjgb4mmrul5nxbat2xs","time_us":1795975616991200,"cursor":3,"kind":"bogus"}`
@@ -857,10 +858,12 @@ func TestAMalformedFrameDoesNotSetTheResumeSequence(t *testing.T) {
 	})
 	h := startClient(t, Config{URLs: []string{srv.url}}, fixed(Position{}), 10)
 	h.next(t)
-	if ev := h.next(t); ev.Kind != KindSkipped {
-		t.Fatalf("junk frame delivered as %v", ev.Kind)
-	}
 	waitFor(t, "a reconnect", func() bool { return len(srv.dials()) == 2 })
+	select {
+	case ev := <-h.out:
+		t.Fatalf("the junk frame was handed over: %+v", ev)
+	default:
+	}
 	if got := srv.dials()[1].Get("cursor"); got == "3" {
 		t.Errorf("reconnect cursor = %s: the sequence of a frame dropped as malformed, behind the delivered sequence 900000", got)
 	}

@@ -114,37 +114,21 @@ type wireAccount struct {
 }
 
 // Decode parses and validates one frame. On a malformed frame it returns a
-// *DropError and an Event of KindSkipped that still carries TimeUS and Seq
-// when they could be read and are believable (TimeUS is 0 otherwise), so
-// the caller can move its cursor past the frame.
+// *DropError and an Event of KindSkipped that carries the TimeUS and DID
+// that could be read and are believable (TimeUS is 0 otherwise), for the
+// drop's log line. The Client hands no such event over: a frame judged
+// bad does not move the stream position (session.go).
 func (d *Decoder) Decode(frame []byte) (Event, error) {
 	ev, derr := d.decode(frame)
-	// Checked whatever else is wrong with the frame: a dropped frame's
-	// position still moves the caller's cursor.
+	// Checked whatever else is wrong with the frame, so the drop's reason
+	// and log line tell of a position that would have harmed the cursor.
 	if perr := d.checkPosition(&ev); perr != nil {
 		return ev, perr
 	}
 	if derr != nil {
-		d.distrustAhead(&ev)
 		return ev, derr
 	}
 	return ev, nil
-}
-
-// distrustAhead strips the time_us of a frame dropped as malformed when
-// it is past the local clock. A valid frame may run up to maxClockSkew
-// ahead (a server whose clock is fast), but a frame already judged bad
-// must not choose where the stream resumes, as its sequence number may
-// not (skipped): one stamped four minutes ahead became the position, so
-// the stored cursor refused every later batch's as older and a reconnect
-// asked for a cursor past the events sent after it
-// (TestAMalformedFrameStampedAheadIsNotThePosition). Without a position
-// the frame is counted and dropped, not handed over; the good frames
-// around it move the cursor.
-func (d *Decoder) distrustAhead(ev *Event) {
-	if ev.TimeUS > d.now().UnixMicro() {
-		ev.TimeUS = 0
-	}
 }
 
 // checkPosition drops ev's position, leaving a KindSkipped event with none,
@@ -233,7 +217,6 @@ func (d *Decoder) salvage(prefix []byte, reason *DropError) (Event, *DropError) 
 	if perr := d.checkPosition(&ev); perr != nil {
 		return ev, perr
 	}
-	d.distrustAhead(&ev)
 	return ev, reason
 }
 
@@ -312,13 +295,8 @@ func (d *Decoder) decodeCommit(w *wireCommit) (*Commit, *DropError) {
 	return c, nil
 }
 
-// skipped builds the KindSkipped event for a dropped frame from its
-// time_us, so the stream position moves past it and junk never stalls the
-// cursor. Its sequence number is not taken: a resume by sequence is
-// exact, with no rewind, and a frame judged bad must not choose where the
-// next connection starts (one with "cursor":3 sent a reconnect back to
-// the start of the server's window; TestAMalformedFrameDoesNotSetTheResumeSequence).
-// Without one, a reconnect resumes by time, rewound.
+// skipped builds the KindSkipped event of a dropped frame, with the
+// time_us and DID its log line shows. Its sequence number is not taken.
 func skipped(w *wireEvent) Event {
 	ev := Event{Kind: KindSkipped}
 	if w.TimeUS > 0 {

@@ -4,8 +4,7 @@
 //
 // The package knows nothing about storage: the caller supplies the last
 // position it has made durable, and receives events on a bounded channel.
-// Upstream data is untrusted, so a malformed frame is dropped and counted,
-// never fatal; when a dropped frame still carries a readable time_us it is
-// delivered as a KindSkipped event so the caller's cursor can move past it
-// (by its time only: a frame judged bad does not set the resume sequence).
+// Upstream data is untrusted, so a malformed frame is dropped, counted and
+// logged, never fatal, and never delivered: a frame judged bad does not
+// move the caller's cursor (the good frames around it do).
 package jetstream

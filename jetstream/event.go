@@ -10,11 +10,11 @@ import (
 type Kind uint8
 
 const (
-	// KindSkipped marks a frame that was dropped as malformed. Only the
-	// position fields (TimeUS, Seq, Host, and DID when it parsed) are set;
-	// the caller should advance its cursor past it and do nothing else.
-	// It is the zero value so that an Event returned with an error is
-	// never mistaken for a real one.
+	// KindSkipped marks a frame that was dropped as malformed: Decode
+	// returns it with its error, with TimeUS and DID when they could be
+	// read, for the drop's log line. The Client never delivers one. It is
+	// the zero value so that an Event returned with an error is never
+	// mistaken for a real one.
 	KindSkipped Kind = iota
 	// KindCommit is a record create, update or delete; Commit is set.
 	KindCommit

@@ -1,0 +1,76 @@
+package jetstream
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// A frame the decoder drops as malformed (here a bad DID) used to hand its
+// time over as the stream position. One stamped ahead of the frames sent
+// after it then became the position: the next same-host reconnect asked
+// the server for a cursor past them, and they were never delivered. Ahead
+// of the local clock, inside the skew a valid frame is allowed, or ahead
+// of a catch-up an hour behind the clock, the same. (Both found by
+// reviews.) A frame judged bad now moves no position.
+func TestAMalformedFrameStampedAheadIsNotThePosition(t *testing.T) {
+	for _, tt := range []struct {
+		name         string
+		base, junkAt time.Time
+	}{
+		{"ahead of the clock", testNow.Add(-time.Minute), testNow.Add(4 * time.Minute)},
+		{"ahead of a catch-up", testNow.Add(-time.Hour), testNow.Add(-time.Second)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			delAt := func(us int64) string {
+				return strings.Replace(deleteFrame, "1795975958545820", strconv.FormatInt(us, 10), 1)
+			}
+			base, junkUS := tt.base.UnixMicro(), tt.junkAt.UnixMicro()
+			junk := fmt.Sprintf(`{"did":"not-a-did","time_us":%d,"kind":"commit"}`, junkUS)
+			type entry struct {
+				us    int64
+				frame string
+			}
+			// The server's log in the order it sends: a good event, the
+			// junk, and a good event stamped a second after the first
+			// (after the junk in the stream, before it in time).
+			log := []entry{{base, delAt(base)}, {junkUS, junk}, {base + 1_000_000, delAt(base + 1_000_000)}}
+			var srv *fakeServer
+			srv = newFakeServer(t, func(n int, conn *websocket.Conn) {
+				if n == 0 {
+					send(conn, log[0].frame, log[1].frame)
+					return // the connection drops before the third event is sent
+				}
+				// Later connections replay from the cursor, as Jetstream does.
+				cursor, _ := strconv.ParseInt(srv.dials()[n].Get("cursor"), 10, 64)
+				for _, e := range log {
+					if e.us >= cursor && !send(conn, e.frame) {
+						return
+					}
+				}
+				holdOpen(conn)
+			})
+			h := startClient(t, Config{URLs: []string{srv.url}, Rewind: 5 * time.Second}, fixed(Position{}), 100)
+			deadline := time.After(3 * time.Second)
+			for {
+				select {
+				case ev := <-h.out:
+					if ev.Kind == KindSkipped {
+						t.Errorf("the junk frame was handed over with position %d", ev.TimeUS)
+					}
+					if ev.TimeUS == base+1_000_000 {
+						return
+					}
+				case <-deadline:
+					d := srv.dials()
+					t.Fatalf("the event sent after the dropped frame never arrived: %d dials, reconnect cursor %s (junk at %d, event at %d)",
+						len(d), d[len(d)-1].Get("cursor"), junkUS, base+1_000_000)
+				}
+			}
+		})
+	}
+}
