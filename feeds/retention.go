@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // retentionSlice bounds one retention slice: the records it examines and
@@ -173,7 +175,12 @@ func (w *txWriter) retentionWindow(afterUS, afterID, cutoff, budget int64) (endU
 // must not claim records the store no longer has.
 func (w *txWriter) retireRecords(afterUS, afterID, endUS, endID, cutoff int64) (int64, error) {
 	type key struct{ actor, coll int64 }
-	rows, err := w.stmt(w.s.sweep.stmts.retainRecords).QueryContext(w.ctx, afterUS, afterID, endUS, endID, cutoff)
+	revCutoff := ""
+	if cutoff > 0 {
+		revCutoff = syntax.NewTID(cutoff, 0).String()
+	}
+	rows, err := w.stmt(w.s.sweep.stmts.retainRecords).QueryContext(w.ctx, afterUS, afterID, endUS, endID, cutoff,
+		revCutoff, cutoff-w.s.sweep.opts.Retention.Microseconds())
 	if err != nil {
 		return 0, fmt.Errorf("retire records: %w", err)
 	}

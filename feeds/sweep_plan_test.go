@@ -40,7 +40,7 @@ func TestSweepStatementsUseTheirIndexes(t *testing.T) {
 		{"grownFollowers", q.grownFollowers, "follows_by_subject (subject_id=? AND collection_id=? AND actor_id>?)", []any{1, 1, 0, 250}},
 		{"retainWindow", q.retainWindow, "records_by_indexed", []any{0, 0, 1, 1000}},
 		{"retainProbes", q.retainProbes, "follows_by_subject (subject_id=? AND collection_id=?)", []any{1, 1, 100_001}},
-		{"retainRecords", q.retainRecords, "fi USING PRIMARY KEY (viewer_id=? AND target_id=? AND sort_us=? AND record_id=?)", []any{0, 0, 1, 1, 1}},
+		{"retainRecords", q.retainRecords, "fi USING PRIMARY KEY (viewer_id=? AND target_id=? AND sort_us=? AND record_id=?)", []any{0, 0, 1, 1, 1, "2222222222222", 0}},
 		{"retainTombstones", q.retainTombstones, "tombstones_by_deleted (deleted_us<?)", []any{1, 1000}},
 		{"retainListing", q.retainListing, "listings USING PRIMARY KEY (actor_id=? AND collection_id=?)", []any{1, 1}},
 		{"grownAgain", q.grownAgain, "(author_id=? AND collection_id=?)", []any{1, 1}},

@@ -87,8 +87,17 @@ var sweepSQL = struct {
 	// followers of the author can hold a record, so the NOT EXISTS probes
 	// each follower's lane with one primary-key seek: over a record's life
 	// it costs as many seeks as its fan-out wrote rows.
+	//
+	// An update leaves indexed_us as it was, so a record is kept while its
+	// revision (a TID, the time of its last write) is newer than the
+	// cutoff (?6): retired between a live update and the replay of that
+	// update after a reconnect, it was stored again by the replay and fanned
+	// out, a duplicate changing the store (TestAReplayedUpdateDoesNotBringBackARetiredRecord).
+	// A revision a PDS stamped far ahead keeps its record one more window
+	// at most (?7).
 	retainRecords: `DELETE FROM records
 		WHERE (indexed_us, id) > (?1, ?2) AND (indexed_us, id) <= (?3, ?4) AND indexed_us < ?5
+		AND (rev < ?6 OR indexed_us < ?7)
 		AND NOT EXISTS (
 			-- CROSS JOIN fixes the order lane → follower → feed row, so the
 			-- feed row is a full primary-key seek.
