@@ -17,8 +17,8 @@ import (
 // connection has committed since that connection last read it, and not
 // for its own commits. The daemon's read connections never write, so on
 // the writer connection a change means another process committed. The
-// writer reads it at the start of every transaction and at every sweep
-// tick (idle ticks included, every sweep.idle_interval), and on a change
+// writer reads it at the start of every transaction and at every idle
+// sweep tick (every sweep.idle_interval), and on a change
 // forgets every cached record. The counter is the connection's own, and
 // database/sql replaces a writer connection it finds broken
 // (writer_conn.go): a new connection's first value cannot tell what was

@@ -253,9 +253,12 @@ func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
 		return SweepResult{}, err
 	}
 	// An idle stream begins no transaction, so another process's commit
-	// is noticed here (other_writers.go).
-	if err := s.noticeOtherWriters(ctx, s.writer); err != nil {
-		return SweepResult{}, err
+	// is noticed here (other_writers.go); a mutated tick's batch began one
+	// just now.
+	if !t.Mutated {
+		if err := s.noticeOtherWriters(ctx, s.writer); err != nil {
+			return SweepResult{}, err
+		}
 	}
 	var res SweepResult
 	sw := &s.sweep
