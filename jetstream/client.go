@@ -352,9 +352,29 @@ func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Eve
 		wait := backoffDelay(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff, c.jitter)
 		attempt++
 		c.logSessionEnd(url, res.delivered, wait, err)
-		if c.sleep(ctx, wait) != nil {
+		if !c.backOff(ctx, wait) {
 			return nil
 		}
+	}
+}
+
+// backOff sleeps out a reconnect's wait. A Restart cuts it short: the
+// reset position is dialed at once, and its signal is spent here rather
+// than closing the next session as soon as it connects. It reports false
+// when ctx ended.
+func (c *Client) backOff(ctx context.Context, wait time.Duration) bool {
+	sleepCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	slept := make(chan error, 1)
+	go func() { slept <- c.sleep(sleepCtx, wait) }()
+	select {
+	case err := <-slept:
+		return err == nil
+	case <-c.restart:
+		cancel()
+		<-slept
+		c.logger.Info("reconnecting from a reset cursor at once")
+		return ctx.Err() == nil
 	}
 }
 

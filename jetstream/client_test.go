@@ -862,3 +862,38 @@ func TestAMalformedFrameDoesNotSetTheResumeSequence(t *testing.T) {
 		t.Errorf("reconnect cursor = %s: the sequence of a frame dropped as malformed, behind the delivered sequence 900000", got)
 	}
 }
+
+// A Restart while the client sleeps out a reconnect's backoff dials the
+// reset position at once, and the session it dials is not then closed by
+// the spent restart signal. (Before, the Restart waited for the sleep, up
+// to max_backoff, and then cost the next session: raised by the fifteenth
+// session's review.)
+func TestARestartCutsTheBackoffShort(t *testing.T) {
+	closed := make(chan struct{})
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		holdOpen(conn)
+		if n == 0 {
+			close(closed)
+		}
+	})
+	srv.refuseWith(http.StatusServiceUnavailable, "starting")
+	const resetUS int64 = 1795975000000000
+	h := startClientSleeping(t, Config{URLs: []string{srv.url}, Rewind: time.Second, MinBackoff: time.Hour, MaxBackoff: time.Hour},
+		fixed(Position{TimeUS: resetUS}), 10, sleepCtx)
+	waitFor(t, "the client sleeping after a refused dial", func() bool { return len(h.sleepsSoFar()) == 1 })
+	srv.refuseWith(0, "")
+	h.client.Restart()
+	waitFor(t, "a dial after the Restart", func() bool { return len(srv.dials()) == 2 })
+	if got, want := srv.dials()[1].Get("cursor"), strconv.FormatInt(resetUS-time.Second.Microseconds(), 10); got != want {
+		t.Errorf("dial after Restart at cursor %s, want the reset position rewound %s", got, want)
+	}
+	// The session stays up: no restart signal was left over to close it.
+	select {
+	case <-closed:
+		t.Fatalf("the session dialed after the Restart was closed; dials %v, logs:\n%s", srv.dials(), h.logs.String())
+	case <-time.After(300 * time.Millisecond):
+	}
+	if n := len(h.sleepsSoFar()); n != 1 {
+		t.Errorf("%d backoff sleeps, want the one the Restart cut short", n)
+	}
+}

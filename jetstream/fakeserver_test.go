@@ -121,6 +121,13 @@ type harness struct {
 
 func startClient(t *testing.T, cfg Config, resume func() Position, outCap int) *harness {
 	t.Helper()
+	return startClientSleeping(t, cfg, resume, outCap, func(ctx context.Context, _ time.Duration) error { return ctx.Err() })
+}
+
+// startClientSleeping is startClient whose backoff waits are sleep's
+// (which the harness still records).
+func startClientSleeping(t *testing.T, cfg Config, resume func() Position, outCap int, sleep func(context.Context, time.Duration) error) *harness {
+	t.Helper()
 	h := &harness{
 		logs: &syncbuf.Buffer{},
 		out:  make(chan Event, outCap),
@@ -134,7 +141,7 @@ func startClient(t *testing.T, cfg Config, resume func() Position, outCap int) *
 		h.mu.Lock()
 		h.sleeps = append(h.sleeps, d)
 		h.mu.Unlock()
-		return ctx.Err()
+		return sleep(ctx, d)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
