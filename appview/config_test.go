@@ -306,9 +306,11 @@ func TestValidate(t *testing.T) {
 		{"short viewer ttl", func(c *Config) { c.Backfill.ViewerTTL = 30 * time.Minute }, "backfill.viewer_ttl: must be at least 2h, got 30m0s"},
 		{"zero sweep actors", func(c *Config) { c.Sweep.Actors = 0 }, "sweep.actors: must be between 1 and 50000"},
 		{"huge sweep actors", func(c *Config) { c.Sweep.Actors = 1 << 62 }, "sweep.actors: must be between 1 and 50000"},
-		{"tombstones shorter than the rewind", func(c *Config) { c.Jetstream.Rewind, c.Sweep.TombstoneWindow = time.Minute, 30 * time.Second }, "sweep.tombstone_window: must cover jetstream.rewind (1m0s)"},
-		{"retention shorter than the rewind", func(c *Config) { c.Jetstream.Rewind, c.Sweep.Retention = time.Minute, 30 * time.Second }, "sweep.retention: must cover jetstream.rewind (1m0s)"},
-		{"windows equal to the rewind", func(c *Config) { c.Jetstream.Rewind, c.Sweep.Retention, c.Sweep.TombstoneWindow = time.Minute, time.Minute, time.Minute }, ""},
+		{"tombstones shorter than the rewind", func(c *Config) { c.Jetstream.Rewind, c.Sweep.TombstoneWindow = time.Minute, 30*time.Second }, "sweep.tombstone_window: must cover jetstream.rewind (1m0s)"},
+		{"retention shorter than the rewind", func(c *Config) { c.Jetstream.Rewind, c.Sweep.Retention = time.Minute, 30*time.Second }, "sweep.retention: must cover jetstream.rewind (1m0s)"},
+		{"windows equal to the rewind", func(c *Config) {
+			c.Jetstream.Rewind, c.Sweep.Retention, c.Sweep.TombstoneWindow = time.Minute, time.Minute, time.Minute
+		}, ""},
 		{"zero batch size", func(c *Config) { c.Ingest.BatchSize = 0 }, "ingest.batch_size: must be between 1 and 100000"},
 		{"huge batch size", func(c *Config) { c.Ingest.BatchSize = 100001 }, "ingest.batch_size: must be between 1 and 100000"},
 		{"zero batch interval", func(c *Config) { c.Ingest.BatchInterval = 0 }, "ingest.batch_interval: must be positive"},
