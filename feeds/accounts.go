@@ -48,11 +48,21 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 		if wasActive {
 			return nil
 		}
+		var wasDeleted bool
+		var deletions int64
+		if _, err := w.queryRow(w.s.stmts.actorDeleted, []any{id}, &wasDeleted, &deletions); err != nil {
+			return fmt.Errorf("read account deletion: %w", err)
+		}
 		// A deleted account that comes back may be listed again.
 		if _, err := w.tx.ExecContext(w.ctx, `UPDATE actors SET active = 1, deleted = 0 WHERE id = ?`, id); err != nil {
 			return fmt.Errorf("mark active: %w", err)
 		}
 		w.res.Applied++
+		if wasDeleted {
+			if err := w.rebuildRestored(id); err != nil {
+				return err
+			}
+		}
 		return w.remergeAuthor(id)
 	}
 	if _, err := w.tx.ExecContext(w.ctx, `UPDATE actors SET active = 0 WHERE id = ?`, id); err != nil {
@@ -71,6 +81,28 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 		return nil
 	}
 	return w.deleteAccount(id, a.TimeUS)
+}
+
+// rebuildRestored asks for what a deleted account's return needs and no
+// first read or live follow would ask for again, its deletion having
+// removed its listings, follows and feeds: its target listings are due at
+// once (the retry loop lists them where a viewer follows it, and merges
+// them into its followers' feeds), and each of its feeds is built again
+// by a first read at its next read, as after a gap. A first read under
+// way loses its claim, so it cannot complete with the follows the
+// deletion removed.
+func (w *txWriter) rebuildRestored(id int64) error {
+	for followCollID := range w.s.lanesByFollow {
+		if err := w.wantListings(id, followCollID); err != nil {
+			return err
+		}
+	}
+	if _, err := w.tx.ExecContext(w.ctx, `
+		UPDATE viewers SET state = 'pending', attempts = 0, next_retry_us = 0, claim_owner = '', claim_until_us = 0
+		WHERE actor_id = ?`, id); err != nil {
+		return fmt.Errorf("rebuild restored viewer: %w", err)
+	}
+	return nil
 }
 
 // deleteAccount deletes a deleted account's records and follows, burying

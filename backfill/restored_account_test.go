@@ -1,0 +1,36 @@
+package backfill
+
+import (
+	"context"
+	"slices"
+	"testing"
+)
+
+// An account deleted and then restored gets its posts back in the feeds
+// of the viewers who kept following it: the deletion removed its records
+// and listings, and only the retry loop, finding its listing due again,
+// fetches them from its PDS and merges them. (Before, they never came
+// back: left as found by the tenth session's review.)
+func TestARestoredAccountsPostsComeBackToItsFollowers(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, Config{})
+	v, x := w.account("v"), w.account("x")
+	w.follow(v, x, 1)
+	want := []string{string(x) + "/" + string(w.post(x, 10))}
+	if err := w.svc.Ensure(ctx, v, "following", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.page(t, v, 10); !slices.Equal(got, want) {
+		t.Fatalf("setup: v's feed %v, want %v", got, want)
+	}
+
+	w.deleteAccount(t, x, 5)
+	if got := w.page(t, v, 10); len(got) != 0 {
+		t.Fatalf("setup: v's feed %v after x was deleted, want it empty", got)
+	}
+	w.reactivateAccount(t, x, 6)
+	w.svc.retryDue(ctx)
+	if got := w.page(t, v, 10); !slices.Equal(got, want) {
+		t.Errorf("v's feed %v after x was restored and the retry loop ran, want %v", got, want)
+	}
+}
