@@ -40,6 +40,7 @@ type Options struct {
 type Daemon struct {
 	cfg      Config
 	log      *slog.Logger
+	lock     *daemonLock // held from Build to Close
 	store    *feeds.Store
 	consumer *jetstream.Client
 	sessions *sessionLog
@@ -84,6 +85,16 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 			TombstoneWindow:  cfg.Sweep.TombstoneWindow,
 		},
 	}
+	lock, err := lockDaemon(cfg.Database.Path)
+	if err != nil {
+		return nil, err
+	}
+	built := false
+	defer func() {
+		if !built {
+			lock.release()
+		}
+	}()
 	reservePageSlab(log, storeOpts.PageCacheMB())
 	store, err := feeds.Open(ctx, storeOpts)
 	if err != nil {
@@ -158,9 +169,11 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 			return nil, fmt.Errorf("listen on %s: %w", cfg.HTTP.Listen, err)
 		}
 	}
+	built = true
 	return &Daemon{
 		cfg:      cfg,
 		log:      log.With("component", "daemon"),
+		lock:     lock,
 		store:    store,
 		consumer: consumer,
 		sessions: sessions,
@@ -339,7 +352,7 @@ func (d *Daemon) recordGap(ctx context.Context, g feeds.Gap) (recorded bool, err
 // Close checkpoints and closes the database. Call it after Run has
 // returned; ctx bounds the checkpoint.
 func (d *Daemon) Close(ctx context.Context) error {
-	return errors.Join(d.store.Checkpoint(ctx), d.store.Close())
+	return errors.Join(d.store.Checkpoint(ctx), d.store.Close(), d.lock.release())
 }
 
 func named(part string, err error) error {
@@ -374,6 +387,13 @@ func MigrateStore(ctx context.Context, cfg Config) (from, to int, err error) {
 	if err := mustExist(cfg); err != nil {
 		return 0, 0, err
 	}
+	// A daemon of the build being replaced must be stopped first: the
+	// schema would change under it.
+	lock, err := lockDaemon(cfg.Database.Path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer lock.release()
 	return feeds.Migrate(ctx, cfg.Database.Path)
 }
 

@@ -1,0 +1,52 @@
+package appview
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// errDaemonRunning says another process holds the database's daemon lock.
+var errDaemonRunning = errors.New("a daemon is running on this database")
+
+// daemonLock is held by a running daemon on its database: an exclusive
+// advisory lock on "<database.path>.lock", beside the file. A second
+// daemon on the same database is refused, as is `appview migrate`, which
+// must not upgrade the schema under the daemon of the build it replaces
+// (docs/hostile.md). The kernel drops the lock when the process dies, so a
+// crashed daemon never leaves it behind, and the file itself is left in
+// place: removing it could race a daemon starting. The other operator
+// commands run beside a daemon and do not take it. It is a separate file
+// because SQLite's own locks on the database are byte ranges, which an
+// advisory lock on the same file could meet on network file systems.
+type daemonLock struct{ f *os.File }
+
+// lockDaemon takes the daemon lock of the database at dbPath, or fails
+// with errDaemonRunning at once: it never waits.
+func lockDaemon(dbPath string) (*daemonLock, error) {
+	path := dbPath + ".lock"
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open daemon lock: %w", err)
+	}
+	held, err := tryLockFile(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("take daemon lock %s: %w", path, err)
+	}
+	if !held {
+		f.Close()
+		return nil, fmt.Errorf("%w (%s is held): stop it first", errDaemonRunning, path)
+	}
+	return &daemonLock{f: f}, nil
+}
+
+// release drops the lock; nil-safe and idempotent.
+func (l *daemonLock) release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close() // closing the descriptor drops the lock
+	l.f = nil
+	return err
+}
