@@ -175,12 +175,18 @@ func (w *txWriter) retentionWindow(afterUS, afterID, cutoff, budget int64) (endU
 // must not claim records the store no longer has.
 func (w *txWriter) retireRecords(afterUS, afterID, endUS, endID, cutoff int64) (int64, error) {
 	type key struct{ actor, coll int64 }
-	revCutoff := ""
+	// A record is kept while its revision lies in [revCutoff, revAhead):
+	// written since the cutoff, and not stamped more than a window past
+	// the stream's time (see retainRecords).
+	revCutoff, revAhead := "", ""
 	if cutoff > 0 {
 		revCutoff = syntax.NewTID(cutoff, 0).String()
+		// A TID holds 53 bits of microseconds: a retention of a century
+		// or more would wrap the bound round to the epoch.
+		revAhead = syntax.NewTID(min(cutoff+2*w.s.sweep.opts.Retention.Microseconds(), 1<<53-1), 0).String()
 	}
 	rows, err := w.stmt(w.s.sweep.stmts.retainRecords).QueryContext(w.ctx, afterUS, afterID, endUS, endID, cutoff,
-		revCutoff, cutoff-w.s.sweep.opts.Retention.Microseconds())
+		revCutoff, revAhead)
 	if err != nil {
 		return 0, fmt.Errorf("retire records: %w", err)
 	}

@@ -93,11 +93,16 @@ var sweepSQL = struct {
 	// cutoff (?6): retired between a live update and the replay of that
 	// update after a reconnect, it was stored again by the replay and fanned
 	// out, a duplicate changing the store (TestAReplayedUpdateDoesNotBringBackARetiredRecord).
-	// A revision a PDS stamped far ahead keeps its record one more window
-	// at most (?7).
+	// A revision a PDS stamped more than a window past the stream's time
+	// (?7) keeps nothing, so one stamped ahead keeps its record one more
+	// window at most. The bound is on the revision, not the indexed time:
+	// bounding indexed_us (a window before the cutoff) retired at once any
+	// record indexed two windows before its edit, whatever the edit's
+	// revision, and the edit's replay stored it again
+	// (TestAReplayedUpdateOfARecordOlderThanTwoWindowsDoesNotBringItBack).
 	retainRecords: `DELETE FROM records
 		WHERE (indexed_us, id) > (?1, ?2) AND (indexed_us, id) <= (?3, ?4) AND indexed_us < ?5
-		AND (rev < ?6 OR indexed_us < ?7)
+		AND (rev < ?6 OR rev >= ?7)
 		AND NOT EXISTS (
 			-- CROSS JOIN fixes the order lane → follower → feed row, so the
 			-- feed row is a full primary-key seek.
