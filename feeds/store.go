@@ -306,6 +306,16 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		writer.Close()
 		return nil, err
 	}
+	// The writer's data_version is read once before any page can fill the
+	// record cache: a first reading taken later, at the first transaction
+	// or idle tick, would be the baseline, and another process's commit
+	// before it would never be noticed, leaving records cached before
+	// that commit served as they were (other_writers.go,
+	// TestTheRecordCacheForgetsWhatAnotherProcessChangedBeforeTheFirstWrite).
+	if err := s.noticeOtherWriters(ctx, s.writer); err != nil {
+		writer.Close()
+		return nil, err
+	}
 	readerDSN := dsn(opts.Path, true)
 	if opts.ReadMmapMB > 0 {
 		readerDSN += fmt.Sprintf("&_pragma=mmap_size(%d)", int64(opts.ReadMmapMB)<<20)
