@@ -273,3 +273,38 @@ func TestASweepTickSkipsAForeignWriteLock(t *testing.T) {
 		t.Errorf("cursor %d, want the backlog's last event %d", got, t0+backlog-1)
 	}
 }
+
+// A new viewer's first getFeed registers it, a write. With the write lock
+// held by another process past the busy timeout, that write fails with
+// feeds.ErrWriteBusy: nothing is broken, and the read may be asked again.
+// It was a 500 InternalServerError, logged as an error, where
+// notifyOfUpdate answers the same wait with 503 and Retry-After (found by
+// a review of the read path).
+func TestGetFeedAnswers503WhenTheWriteLockIsHeldElsewhere(t *testing.T) {
+	n := newNetwork(t)
+	alice, carol := n.account("alice"), n.account("carol")
+	n.pdsFollow(alice, carol, "3kfollowcarol")
+	rk := rkeyAt(time.Now().Add(-time.Minute))
+	n.pdsPost(carol, rk, time.Now().Add(-time.Minute))
+	cfg := n.config(t)
+	td := startDaemon(t, n.js, cfg)
+
+	release := writelock.Hold(t, cfg.Database.Path)
+	q := "/xrpc/com.example.appview.getFeed?feed=following&actor=" + alice
+	resp, err := http.Get(td.base + q)
+	release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, 512)
+	nb, _ := resp.Body.Read(body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body[:nb]), "NotEnoughResources") ||
+		resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("first read with the write lock held elsewhere: %d %s (Retry-After %q), want 503 NotEnoughResources with Retry-After",
+			resp.StatusCode, body[:nb], resp.Header.Get("Retry-After"))
+	}
+	if got := td.feed(t, alice); !slices.Equal(got, []string{rk}) {
+		t.Errorf("the retry: alice = %v, want [%s]", got, rk)
+	}
+}

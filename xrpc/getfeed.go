@@ -296,12 +296,22 @@ func (s *Server) getFeed(c echo.Context) error {
 
 // firstReadError answers a first read refused for load with 429 (this
 // client asks for too many new viewers) or 503 (the daemon is saturated),
-// both with Retry-After, and one refused because the daemon is stopping
-// with 503; anything else is our own failure.
+// both with Retry-After, and one refused because the daemon is stopping,
+// or whose write found the write lock held by another process, with 503;
+// anything else is our own failure.
 func (s *Server) firstReadError(c echo.Context, err error) error {
 	if errors.Is(err, backfill.ErrStopping) {
 		c.Response().Header().Set("Retry-After", "5")
 		return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: "the server is stopping; retry later"}
+	}
+	if errors.Is(err, feeds.ErrWriteBusy) {
+		// The viewer's registration (or another write of its first read)
+		// waited out the busy timeout behind another process's write
+		// lock, an operator command's: nothing is broken, and the read
+		// may be asked again, as notifyOfUpdate answers the same wait.
+		s.logger.Warn("first read: the write lock is held by another process", "err", err)
+		c.Response().Header().Set("Retry-After", "1")
+		return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: "the database is busy; retry later"}
 	}
 	var rej *backfill.RejectedError
 	if !errors.As(err, &rej) {
