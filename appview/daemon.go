@@ -189,6 +189,9 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 				if len(res.NewFollows) > 0 {
 					firstReads.FollowsCreated(res.NewFollows)
 				}
+				if len(res.Restored) > 0 {
+					firstReads.ForgetViewers(res.Restored)
+				}
 			},
 			identityChanged: dir.PurgeIdentity,
 			restart:         consumer.Restart,

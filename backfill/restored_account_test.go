@@ -4,6 +4,10 @@ import (
 	"context"
 	"slices"
 	"testing"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/feeds"
 )
 
 // An account deleted and then restored gets its posts back in the feeds
@@ -32,5 +36,44 @@ func TestARestoredAccountsPostsComeBackToItsFollowers(t *testing.T) {
 	w.svc.retryDue(ctx)
 	if got := w.page(t, v, 10); !slices.Equal(got, want) {
 		t.Errorf("v's feed %v after x was restored and the retry loop ran, want %v", got, want)
+	}
+}
+
+// A viewer whose account was deleted and restored reads its feed built
+// again: the deletion removed its follows and feed, and its restoration
+// makes its next read a first read, which lists its follows from its PDS.
+// What this process remembers of its complete first read is forgotten
+// with the batch that restored it (the daemon passes
+// feeds.BatchResult.Restored to ForgetViewers), or the read would be
+// served the empty feed for up to an hour.
+func TestARestoredViewersFeedIsBuiltAgain(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, Config{})
+	v, x := w.account("v"), w.account("x")
+	w.follow(v, x, 1)
+	want := []string{string(x) + "/" + string(w.post(x, 10))}
+	if err := w.svc.Ensure(ctx, v, "following", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.page(t, v, 10); !slices.Equal(got, want) {
+		t.Fatalf("setup: v's feed %v, want %v", got, want)
+	}
+
+	w.deleteAccount(t, v, 5)
+	res, err := w.store.ApplyBatch(ctx, &feeds.Batch{
+		Accounts: []feeds.AccountStatus{{DID: v, Active: true, TimeUS: 6}},
+		Cursor:   feeds.StreamCursor{TimeUS: 6}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Restored, []syntax.DID{v}) {
+		t.Fatalf("batch restoring v: Restored %v, want [%s]", res.Restored, v)
+	}
+	w.svc.ForgetViewers(res.Restored)
+	if err := w.svc.Ensure(ctx, v, "following", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.page(t, v, 10); !slices.Equal(got, want) {
+		t.Errorf("restored v's feed %v, want it built again: %v", got, want)
 	}
 }

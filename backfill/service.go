@@ -356,6 +356,22 @@ func (s *Service) forgetComplete() {
 	clear(s.notDue)
 }
 
+// ForgetViewers drops what this process remembers of the accounts' first
+// reads (complete, or failed and not due), in every feed, so the next read
+// of each asks the database: an account restored after its deletion is
+// due a first read again (feeds.BatchResult.Restored).
+func (s *Service) ForgetViewers(accounts []syntax.DID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forgets++ // a read that found one complete before the commit
+	for _, a := range accounts {
+		for feed := range s.feeds {
+			delete(s.complete, viewerKey{a, feed})
+			delete(s.notDue, viewerKey{a, feed})
+		}
+	}
+}
+
 // FollowsCreated queues the backlog fetch of accounts viewers started
 // following on the live stream. A full queue drops the edge and counts
 // it: the account's listing stays incomplete, so the next first read that

@@ -62,6 +62,7 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 			if err := w.rebuildRestored(id); err != nil {
 				return err
 			}
+			w.res.Restored = append(w.res.Restored, a.DID)
 		}
 		return w.remergeAuthor(id)
 	}

@@ -104,6 +104,10 @@ type BatchResult struct {
 	// NewFollows are follows of registered viewers created by this batch,
 	// whose followees may need their backlog fetched (viewer mode only).
 	NewFollows []FollowEdge
+	// Restored are accounts this batch brought back after their deletion:
+	// each is due a first read again (rebuildRestored), which what a
+	// process remembers of its viewers' first reads must not hide.
+	Restored []syntax.DID
 	// CursorReset: an operator reset the stream cursor while this daemon
 	// ran; Store.Cursor now holds the reset position and the consumer
 	// must reconnect from it.
