@@ -160,7 +160,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		failpoint.Hit(failpoint.BackfillAfterPage)
 		run.Pages++
 		run.Written += res.Written
-		s.metrics.reconciled(res.Removed, res.Restored)
+		s.metrics.reconciled(res.Removed, res.Restored, res.Edited)
 		if res.NotViewer || res.NotFollowed {
 			// The account no longer reads a feed these follows build, or
 			// no viewer follows it any more.

@@ -22,6 +22,7 @@ type Metrics struct {
 	longCursors   prometheus.Counter
 	unlisted      prometheus.Counter
 	restored      prometheus.Counter
+	edited        prometheus.Counter
 	lastReadCount *prometheus.CounterVec
 }
 
@@ -92,7 +93,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.lastReadCount.WithLabelValues(result) // shown at 0 from the start
 	}
 	reg.MustRegister(m.lastReadCount)
-	reg.MustRegister(m.rejections, m.droppedRecs, m.longCursors, m.unlisted, m.restored)
+	m.edited = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: "backfill", Name: "listed_edits_total",
+		Help: "Stored records a listing found edited since they were written, an edit the stream missed (a gap, or an account out of scope), whose body and CID it took.",
+	})
+	reg.MustRegister(m.rejections, m.droppedRecs, m.longCursors, m.unlisted, m.restored, m.edited)
 	reg.MustRegister(m.firstReads, m.firstReadTime, m.waitedOut, m.runs, m.runTime, m.pdsRequests, m.queue, m.dropped)
 	return m
 }
@@ -157,12 +162,13 @@ func (m *Metrics) droppedRecords(kind string, n int) {
 	}
 }
 
-func (m *Metrics) reconciled(removed, restored int) {
+func (m *Metrics) reconciled(removed, restored, edited int) {
 	if m == nil {
 		return
 	}
 	m.unlisted.Add(float64(removed))
 	m.restored.Add(float64(restored))
+	m.edited.Add(float64(edited))
 }
 
 func (m *Metrics) cursorTooLong() {

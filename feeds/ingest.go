@@ -191,8 +191,9 @@ type txWriter struct {
 	// until the transaction's first record; recordIDHighRead is what was
 	// stored when it was read.
 	recordIDHigh, recordIDHighRead int64
-	// restored counts the tombstones a listing cleared (listedTombstone).
-	restored int
+	// restored counts the tombstones a listing cleared (listedTombstone),
+	// listedEdits the stored records it found edited (takeListedEdit).
+	restored, listedEdits int
 }
 
 // recordChanged notes a record updated or deleted in this transaction, for

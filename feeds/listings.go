@@ -121,6 +121,9 @@ type ListingResult struct {
 	// this page lists: that inference was wrong (a PDS that answered
 	// inconsistently, or a clock far off).
 	Restored int
+	// Edited counts stored records whose body and CID this page replaced
+	// with the PDS's: edits the stream missed (takeListedEdit).
+	Edited int
 }
 
 // ReadListing returns the stored listing state; the zero Listing when
@@ -213,7 +216,7 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 				res.Existing++
 			}
 		}
-		res.Restored = w.restored
+		res.Restored, res.Edited = w.restored, w.listedEdits
 		cur, found, err := w.readListingState(actorID, collID)
 		if err != nil {
 			return err
@@ -339,7 +342,7 @@ func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, listingRev
 			// (TestTheRecordCacheForgetsARecordAListingRefreshed).
 			w.recordChanged(id)
 		}
-		return false, nil
+		return false, w.takeListedEdit(id, collID, rev, r, listingRev)
 	}
 	blocked, restored, err := w.listedTombstone(actorID, collID, r.RKey, listingRev)
 	if err != nil || blocked {
@@ -371,6 +374,32 @@ func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, listingRev
 		}
 	}
 	return true, nil
+}
+
+// takeListedEdit takes a listed record's body and CID over the stored
+// copy's when the listing was fetched after that copy was written (its
+// revision older than the listing's; a notified write read since the
+// fetch is newer whatever its base): an edit the stream missed, in a gap
+// or while the account was out of scope, would otherwise stay missed for
+// good (TestAListingTakesAnEditTheStreamMissed). The revision stays the
+// stored one, so the stream's own events, replayed or new, still apply
+// over the listing's copy: the listing carries no revision of its own,
+// and the stream wins where the two cannot be ordered.
+func (w *txWriter) takeListedEdit(id, collID int64, storedRev string, r *ListedRecord, listingRev string) error {
+	if listingRev == "" || storedRev >= listingRev || notifiedSince(storedRev, syntax.TID(listingRev).Time().UnixMicro()) {
+		return nil
+	}
+	res, err := w.tx.ExecContext(w.ctx, `UPDATE records SET cid = ?2, body = ?3 WHERE id = ?1 AND cid <> ?2`,
+		id, r.CID, string(r.Value))
+	if err != nil {
+		return fmt.Errorf("take listed edit: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil
+	}
+	w.recordChanged(id)
+	w.listedEdits++
+	return w.storeFields(id, collID, r.Value, true)
 }
 
 // listedTombstone reports whether a tombstone keeps a listed record out:
