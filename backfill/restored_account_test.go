@@ -10,6 +10,23 @@ import (
 	"github.com/atfeeds/appview/feeds"
 )
 
+// viewerFollowingAPoster is a world where viewer v, its first read done,
+// follows x, who posted once: want is v's feed.
+func viewerFollowingAPoster(t *testing.T) (w *world, v, x syntax.DID, want []string) {
+	t.Helper()
+	w = newWorld(t, Config{})
+	v, x = w.account("v"), w.account("x")
+	w.follow(v, x, 1)
+	want = []string{string(x) + "/" + string(w.post(x, 10))}
+	if err := w.svc.Ensure(context.Background(), v, "following", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.page(t, v, 10); !slices.Equal(got, want) {
+		t.Fatalf("setup: v's feed %v, want %v", got, want)
+	}
+	return w, v, x, want
+}
+
 // An account deleted and then restored gets its posts back in the feeds
 // of the viewers who kept following it: the deletion removed its records
 // and listings, and only the retry loop, finding its listing due again,
@@ -17,16 +34,7 @@ import (
 // back: left as found by the tenth session's review.)
 func TestARestoredAccountsPostsComeBackToItsFollowers(t *testing.T) {
 	ctx := context.Background()
-	w := newWorld(t, Config{})
-	v, x := w.account("v"), w.account("x")
-	w.follow(v, x, 1)
-	want := []string{string(x) + "/" + string(w.post(x, 10))}
-	if err := w.svc.Ensure(ctx, v, "following", "c"); err != nil {
-		t.Fatal(err)
-	}
-	if got := w.page(t, v, 10); !slices.Equal(got, want) {
-		t.Fatalf("setup: v's feed %v, want %v", got, want)
-	}
+	w, v, x, want := viewerFollowingAPoster(t)
 
 	w.deleteAccount(t, x, 5)
 	if got := w.page(t, v, 10); len(got) != 0 {
@@ -48,16 +56,7 @@ func TestARestoredAccountsPostsComeBackToItsFollowers(t *testing.T) {
 // served the empty feed for up to an hour.
 func TestARestoredViewersFeedIsBuiltAgain(t *testing.T) {
 	ctx := context.Background()
-	w := newWorld(t, Config{})
-	v, x := w.account("v"), w.account("x")
-	w.follow(v, x, 1)
-	want := []string{string(x) + "/" + string(w.post(x, 10))}
-	if err := w.svc.Ensure(ctx, v, "following", "c"); err != nil {
-		t.Fatal(err)
-	}
-	if got := w.page(t, v, 10); !slices.Equal(got, want) {
-		t.Fatalf("setup: v's feed %v, want %v", got, want)
-	}
+	w, v, _, want := viewerFollowingAPoster(t)
 
 	w.deleteAccount(t, v, 5)
 	res, err := w.store.ApplyBatch(ctx, &feeds.Batch{

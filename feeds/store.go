@@ -311,7 +311,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	// or idle tick, would be the baseline, and another process's commit
 	// before it would never be noticed, leaving records cached before
 	// that commit served as they were (other_writers.go,
-	// TestTheRecordCacheForgetsWhatAnotherProcessChangedBeforeTheFirstWrite).
+	// TestTheRecordCacheForgetsWhatAnotherProcessChanged, "after a restart").
 	if err := s.noticeOtherWriters(ctx, s.writer); err != nil {
 		writer.Close()
 		return nil, err

@@ -99,7 +99,7 @@ var sweepSQL = struct {
 	// bounding indexed_us (a window before the cutoff) retired at once any
 	// record indexed two windows before its edit, whatever the edit's
 	// revision, and the edit's replay stored it again
-	// (TestAReplayedUpdateOfARecordOlderThanTwoWindowsDoesNotBringItBack).
+	// (TestAReplayedUpdateDoesNotBringBackARetiredRecord, "three windows old").
 	retainRecords: `DELETE FROM records
 		WHERE (indexed_us, id) > (?1, ?2) AND (indexed_us, id) <= (?3, ?4) AND indexed_us < ?5
 		AND (rev < ?6 OR rev >= ?7)
