@@ -25,7 +25,10 @@ type daemonLock struct{ f *os.File }
 // with errDaemonRunning at once: it never waits.
 func lockDaemon(dbPath string) (*daemonLock, error) {
 	path := dbPath + ".lock"
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	// Read-only: an flock needs no write access, and the file, left in
+	// place, may be another user's (an `appview migrate` run as root made
+	// it), which the daemon's user can read but not write.
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open daemon lock: %w", err)
 	}
