@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 )
 
 // errDaemonRunning says another process holds the database's daemon lock.
@@ -24,6 +25,12 @@ type daemonLock struct{ f *os.File }
 // lockDaemon takes the daemon lock of the database at dbPath, or fails
 // with errDaemonRunning at once: it never waits.
 func lockDaemon(dbPath string) (*daemonLock, error) {
+	// Beside the file a symbolic link names, as SQLite keeps its -wal and
+	// -shm files: a command given the link's path opens the same database
+	// and must meet the same lock. A database not made yet is no link.
+	if real, err := filepath.EvalSymlinks(dbPath); err == nil {
+		dbPath = real
+	}
 	path := dbPath + ".lock"
 	// Read-only: an flock needs no write access, and the file, left in
 	// place, may be another user's (an `appview migrate` run as root made

@@ -72,3 +72,32 @@ func asAnotherUser(t *testing.T, path string, fn func()) {
 	}
 	fn()
 }
+
+// SQLite follows a symbolic link to the database file and keeps its -wal
+// and -shm files beside the file it reaches, so a command given the
+// link's path opens the daemon's database. The lock must be the same
+// file too: beside the link, `appview migrate` through it was not
+// refused while the daemon ran on the file's own path.
+func TestTheDaemonLockIsBesideTheFileADatabasePathLinksTo(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "data", "appview.db")
+	if err := os.Mkdir(filepath.Dir(db), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(db, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "appview.db")
+	if err := os.Symlink(db, link); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lockDaemon(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.release()
+	if other, err := lockDaemon(link); !errors.Is(err, errDaemonRunning) {
+		other.release()
+		t.Errorf("the lock through a link to the database: %v, want %v", err, errDaemonRunning)
+	}
+}
