@@ -21,11 +21,16 @@ func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, vis
 	}
 	defer w.tx.Rollback()
 	st := *sw.state
-	if reason == SweepRecovery && st.passStartedUS != 0 && st.passStartedUS < sw.dueAt() {
+	if reason != SweepIngest && sw.passDue(now) && st.passStartedUS != 0 && st.passStartedUS < sw.dueAt() {
 		// The pass in progress began before this one fell due (the stream
 		// went idle mid-lap, or the daemon restarted, perhaps with lower
 		// caps): the viewers it already passed may be over cap again, so
-		// the recovery pass starts over and visits every viewer.
+		// the due pass starts over and visits every viewer. An idle tick
+		// serving the grown queue starts it over too: carrying on the old
+		// lap, its wrap would be recorded as the due pass, and the viewers
+		// behind its cursor would wait another interval
+		// (TestSweepAPassDueWhileTheGrownQueueIsBusyStartsOver). A busy
+		// stream's slices carry on: its laps run back to back.
 		st.cursorViewer, st.passStartedUS, st.passRows = 0, 0, 0
 	}
 	if st.passStartedUS == 0 {
