@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/jetstream"
 )
 
 // Config is the whole configuration of the daemon. Start from
@@ -62,7 +63,8 @@ type JetstreamConfig struct {
 	// connection fails.
 	URLs []string `yaml:"urls"`
 	// Rewind is subtracted from the stored cursor on reconnect: delivery
-	// is at-least-once and every write is idempotent.
+	// is at-least-once and every write is idempotent. Zero takes the
+	// consumer's default (EffectiveRewind).
 	Rewind time.Duration `yaml:"rewind"`
 	// Compression asks for permessage-deflate websocket compression.
 	Compression   bool          `yaml:"compression"`
@@ -76,6 +78,16 @@ type JetstreamConfig struct {
 	// keeps about 36 h). A stored cursor older than that at reconnect is
 	// a gap: recorded, counted, and its viewers rebuilt on their next read.
 	RetentionWindow time.Duration `yaml:"retention_window"`
+}
+
+// EffectiveRewind is the rewind the consumer uses: jetstream.rewind, or
+// the consumer's default where it is zero (a reconnect always rewinds a
+// little, as delivery is not in time order across accounts).
+func (js JetstreamConfig) EffectiveRewind() time.Duration {
+	if js.Rewind <= 0 {
+		return jetstream.DefaultRewind
+	}
+	return js.Rewind
 }
 
 // IngestConfig describes how events are batched into transactions. A batch
@@ -142,6 +154,10 @@ type TargetConfig struct {
 const (
 	defaultMergeLimit = 100
 	defaultTargetCap  = 200
+	// maxTargetCap bounds a feed's cap: far above any timeline, and low
+	// enough that the sweep's pace arithmetic (a visit per cap/4 rows,
+	// times sweep.actors and a catch-up batch's events) cannot overflow.
+	maxTargetCap = 1_000_000
 )
 
 // DefaultConfig returns the configuration used when no file is given. Each

@@ -51,10 +51,11 @@ func (c Config) validateSweep(fail func(field, format string, args ...any)) {
 	// tombstone, or whose record retention retired (no feed holding it), had
 	// already gone would be stored again and fanned out, so the replay of a
 	// duplicate would change the store (docs/cursors.md).
-	if c.Sweep.TombstoneWindow > 0 && c.Sweep.TombstoneWindow < c.Jetstream.Rewind {
-		fail("sweep.tombstone_window", "must cover jetstream.rewind (%s)", c.Jetstream.Rewind)
+	rewind := c.Jetstream.EffectiveRewind()
+	if c.Sweep.TombstoneWindow > 0 && c.Sweep.TombstoneWindow < rewind {
+		fail("sweep.tombstone_window", "must cover jetstream.rewind (%s)", rewind)
 	}
-	if c.Sweep.Retention > 0 && c.Sweep.Retention < c.Jetstream.Rewind {
-		fail("sweep.retention", "must cover jetstream.rewind (%s)", c.Jetstream.Rewind)
+	if c.Sweep.Retention > 0 && c.Sweep.Retention < rewind {
+		fail("sweep.retention", "must cover jetstream.rewind (%s)", rewind)
 	}
 }

@@ -308,6 +308,7 @@ func TestValidate(t *testing.T) {
 		{"huge sweep actors", func(c *Config) { c.Sweep.Actors = 1 << 62 }, "sweep.actors: must be between 1 and 50000"},
 		{"tombstones shorter than the rewind", func(c *Config) { c.Jetstream.Rewind, c.Sweep.TombstoneWindow = time.Minute, 30*time.Second }, "sweep.tombstone_window: must cover jetstream.rewind (1m0s)"},
 		{"retention shorter than the rewind", func(c *Config) { c.Jetstream.Rewind, c.Sweep.Retention = time.Minute, 30*time.Second }, "sweep.retention: must cover jetstream.rewind (1m0s)"},
+		{"retention under the default rewind", func(c *Config) { c.Jetstream.Rewind, c.Sweep.Retention = 0, 2*time.Second }, "sweep.retention: must cover jetstream.rewind (5s)"},
 		{"windows equal to the rewind", func(c *Config) {
 			c.Jetstream.Rewind, c.Sweep.Retention, c.Sweep.TombstoneWindow = time.Minute, time.Minute, time.Minute
 		}, ""},
@@ -350,6 +351,7 @@ func TestValidate(t *testing.T) {
 		}, `feeds[0].targets[1].collection: duplicate of targets[0].collection "app.bsky.feed.post"`},
 		{"zero cap", func(c *Config) { c.Feeds[0].Targets[0].Cap = 0 }, "feeds[0].targets[0].cap: must be positive"},
 		{"negative cap", func(c *Config) { c.Feeds[0].Targets[0].Cap = -5 }, "feeds[0].targets[0].cap: must be positive"},
+		{"huge cap", func(c *Config) { c.Feeds[0].Targets[0].Cap = 1 << 40 }, "feeds[0].targets[0].cap: must be at most 1000000"},
 		{"fields", func(c *Config) { c.Feeds[0].Targets[0].Fields = exampleFields() }, ""},
 		{"field name", func(c *Config) { c.Feeds[0].Targets[0].Fields[0].Name = "lang-s" }, `feeds[0].targets[0].fields[0].name: "lang-s": must be 1 to 32 letters`},
 		{"field name starting with a digit", func(c *Config) { c.Feeds[0].Targets[0].Fields[0].Name = "1langs" }, `fields[0].name: "1langs"`},

@@ -137,6 +137,8 @@ func (c Config) Validate() error {
 			}
 			if t.Cap <= 0 {
 				fail(tp+".cap", "must be positive")
+			} else if t.Cap > maxTargetCap {
+				fail(tp+".cap", "must be at most %d", maxTargetCap)
 			}
 			validateFields(fail, tp, t.Fields)
 		}

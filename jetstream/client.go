@@ -14,8 +14,10 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
+// DefaultRewind is the rewind of a Config that leaves it zero or negative.
+const DefaultRewind = 5 * time.Second
+
 const (
-	defaultRewind        = 5 * time.Second
 	defaultMaxFrameBytes = 1 << 20
 	defaultReadTimeout   = 60 * time.Second
 	defaultMinBackoff    = 250 * time.Millisecond
@@ -203,7 +205,7 @@ func (c *Client) Restart() uint64 {
 // m may be nil (no metrics).
 func NewClient(cfg Config, dec *Decoder, logger *slog.Logger, m *Metrics) *Client {
 	if cfg.Rewind <= 0 {
-		cfg.Rewind = defaultRewind
+		cfg.Rewind = DefaultRewind
 	}
 	if cfg.MaxFrameBytes <= 0 {
 		cfg.MaxFrameBytes = defaultMaxFrameBytes
@@ -319,7 +321,15 @@ func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Eve
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, errRestart) {
+		if errors.Is(err, errRestart) || c.generation() != gen {
+			// A Restart that came as the session ended for another reason
+			// (its signal taken by the session's watcher after the read
+			// loop last looked) is answered here too, not after a backoff;
+			// a signal still pending is this one, spent.
+			select {
+			case <-c.restart:
+			default:
+			}
 			c.logger.Info("reconnecting from a reset cursor", "host", url)
 			continue
 		}
