@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -88,9 +89,22 @@ func (e *Error) Error() string {
 		fmt.Fprintf(&b, ": %s", e.Message)
 	}
 	if e.Err != nil {
-		fmt.Fprintf(&b, ": %v", e.Err)
+		fmt.Fprintf(&b, ": %s", shortError(e.Err))
 	}
 	return b.String()
+}
+
+// shortError is err's text cut short: a transport error names the URL it
+// failed on, which after a redirect is the PDS's Location header, up to
+// the 64 KiB header cap, and this text is logged (a failed first read,
+// notifyOfUpdate's upstream failures). The error chain is kept whole for
+// errors.Is and errors.As; only the text is cut
+// (TestATransportErrorIsShort).
+func shortError(err error) string {
+	if ue, ok := err.(*url.Error); ok && ue.Err != nil {
+		return truncate(fmt.Sprintf("%s %q: %s", ue.Op, truncate(ue.URL, 256), truncate(ue.Err.Error(), 256)), 640)
+	}
+	return truncate(err.Error(), 640)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
