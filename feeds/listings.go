@@ -198,6 +198,16 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 				return nil
 			}
 		}
+		// Read before the rows are written, which do not move it: a stale
+		// page still writes what is missing, but takes no edit, as it
+		// deletes nothing. An edit it takes keeps the stored revision, so
+		// nothing else would order its body against the one a page ahead
+		// of it, fetched after it, took (TestAStalePageDoesNotUndoAnEditAListingTook).
+		cur, found, err := w.readListingState(actorID, collID)
+		if err != nil {
+			return err
+		}
+		stale := found && !p.To.Ahead(cur)
 		rev := listingRev(p.FetchedAt)
 		for i := range p.Records {
 			r := &p.Records[i]
@@ -205,7 +215,7 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 			if isFollow {
 				wrote, err = w.listFollow(actorID, collID, r, rev)
 			} else {
-				wrote, err = w.listRecord(actorID, collID, r, rev, now)
+				wrote, err = w.listRecord(actorID, collID, r, rev, now, !stale)
 			}
 			if err != nil {
 				return err
@@ -217,11 +227,7 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 			}
 		}
 		res.Restored, res.Edited = w.restored, w.listedEdits
-		cur, found, err := w.readListingState(actorID, collID)
-		if err != nil {
-			return err
-		}
-		if found && !p.To.Ahead(cur) {
+		if stale {
 			res.Stale = true
 			s.metrics.casMismatch("listing")
 			return nil
@@ -318,7 +324,7 @@ func (w *txWriter) listFollow(actorID, collID int64, r *ListedRecord, listingRev
 	return true, nil
 }
 
-func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, listingRev string, now time.Time) (bool, error) {
+func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, listingRev string, now time.Time, takeEdits bool) (bool, error) {
 	var id, sortUS int64
 	var rev string
 	found, err := w.queryRow(w.s.stmts.recordByKey, []any{actorID, collID, string(r.RKey)}, &id, &rev, &sortUS)
@@ -341,6 +347,9 @@ func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, listingRev
 			// record cache must forget the copy it holds
 			// (TestTheRecordCacheForgetsARecordAListingRefreshed).
 			w.recordChanged(id)
+		}
+		if !takeEdits {
+			return false, nil
 		}
 		return false, w.takeListedEdit(id, collID, rev, r, listingRev)
 	}
