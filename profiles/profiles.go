@@ -294,11 +294,14 @@ func (s *Service) process(ctx context.Context, j *job) error {
 		cancel()
 		if err != nil {
 			failed = true
-			if errors.Is(err, context.DeadlineExceeded) {
-				// The write lock was busy (a long batch, a merge) past
-				// the write's time: the fetch failed, the database did
-				// not. It is retried like any failed fetch.
-				s.log.Warn("store fetched profile: timed out waiting to write", "did", j.did)
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, feeds.ErrWriteBusy) {
+				// The write lock was busy past the write's time: in this
+				// process (a long batch, a merge), or in another past
+				// SQLite's busy timeout (an operator command beside the
+				// daemon). The fetch failed, the database did not. It is
+				// retried like any failed fetch
+				// (TestAProfileWriteBehindAForeignWriteLockFailsOnlyTheFetch).
+				s.log.Warn("store fetched profile: timed out waiting to write", "did", j.did, "err", err)
 				err = nil
 			} else {
 				err = fmt.Errorf("store fetched profile: %w", err)

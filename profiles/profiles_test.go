@@ -17,6 +17,7 @@ import (
 	"github.com/atfeeds/appview/egress"
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/internal/testclock"
+	"github.com/atfeeds/appview/internal/writelock"
 	"github.com/atfeeds/appview/pds"
 	"github.com/atfeeds/appview/pds/pdstest"
 )
@@ -36,6 +37,8 @@ type world struct {
 	svc   *Service
 	reg   *prometheus.Registry
 	clock *testclock.Clock
+	// path is the database file.
+	path string
 	// wrapStore, set before newWorld, stands between the service and
 	// the store.
 	wrapStore func(*feeds.Store) Store
@@ -55,8 +58,9 @@ func newWorldWith(t *testing.T, wrapStore func(*feeds.Store) Store, cfg Config, 
 	t.Cleanup(w.plc.Close)
 	t.Cleanup(w.pds.Close)
 	ctx := context.Background()
+	w.path = t.TempDir() + "/appview.db"
 	store, err := feeds.Open(ctx, feeds.Options{
-		Path: t.TempDir() + "/appview.db", Profiles: true, IndexAll: true,
+		Path: w.path, Profiles: true, IndexAll: true,
 		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, Targets: []feeds.Target{{Collection: postNSID, Cap: 10}}}},
 	})
 	if err != nil {
@@ -338,6 +342,49 @@ func TestAProfileWriteTimingOutFailsOnlyTheFetch(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// An operator command beside the daemon (appview backfill, rebuild)
+// holding the write lock past SQLite's busy timeout made a fetch's write
+// fail with feeds.ErrWriteBusy, which Run returned as the database being
+// broken: the daemon stopped. Only the fetch fails, and is tried again.
+func TestAProfileWriteBehindAForeignWriteLockFailsOnlyTheFetch(t *testing.T) {
+	w := newWorld(t, Config{Wait: 50 * time.Millisecond}, "carol")
+	w.profileRecord("carol", "Carol")
+	release := writelock.Hold(t, w.path)
+	w.hydrate(t, "carol")
+	deadline := time.Now().Add(15 * time.Second)
+	for testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("stored")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the fetch never finished")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	release()
+	if p := readStored(t, w, "carol"); p.Known {
+		t.Fatalf("stored behind the lock: %+v", p)
+	}
+	// Past the failure's hold, a read fetches and stores carol: the
+	// service is still running.
+	w.clock.Advance(time.Hour)
+	for {
+		ps, _ := w.hydrate(t, "carol")
+		if ps[0].Present && ps[0].Fields.DisplayName == "Carol" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reads after the lock was released = %+v: the service stopped fetching", ps[0])
+		}
+	}
+}
+
+func readStored(t *testing.T, w *world, name string) feeds.Profile {
+	t.Helper()
+	ps, err := w.store.Profiles(context.Background(), []syntax.DID{did(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps[0]
 }
 
 // A handle can stop verifying without an identity event (its DNS record
