@@ -194,6 +194,13 @@ func (s *Store) StoreFetchedProfile(ctx context.Context, p FetchedProfile) error
 		if err != nil || !found {
 			return err
 		}
+		// A deleted account keeps no profile nor handle (deleteAccount),
+		// whenever the fetch began: one begun after the deletion saw no
+		// identity event since its start
+		// (TestAFetchBegunAfterAnAccountDeletionIsNotStored).
+		if deleted, _, err := w.accountDeleted(id); err != nil || deleted {
+			return err
+		}
 		// An identity event of the account, or its profile dropped, since
 		// the fetch began: what the fetch found may be stale.
 		raced := s.identities.changedSince(p.DID, p.IdentitySeq)

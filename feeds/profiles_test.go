@@ -467,6 +467,45 @@ func TestAFetchSpanningAnAccountDeletionIsNotStored(t *testing.T) {
 	}
 }
 
+// A fetch that begins after carol's account was deleted (queued by a read
+// of a page taken before the deletion, behind other fetches) finds no
+// identity event after its start, but the account is deleted: it stores
+// neither the handle nor the copy it read, as a replayed stream change of
+// her profile stores nothing. Her followers' follows keep her in scope.
+func TestAFetchBegunAfterAnAccountDeletionIsNotStored(t *testing.T) {
+	s := profileStore(t) // alice views, follows carol
+	ctx := context.Background()
+	if _, err := s.ApplyBatch(ctx, &Batch{Cursor: StreamCursor{TimeUS: 30},
+		Accounts: []AccountStatus{{DID: did("carol"), Active: false, Status: "deleted", TimeUS: 30}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{
+		DID: did("carol"), HandleResolved: true, Handle: "carol.test",
+		RecordFetched: true, Present: true, CID: "bafyfetched", Fields: ProfileFields{DisplayName: "Carol (deleted)"},
+		At: time.Unix(100, 0), IdentitySeq: s.IdentitySeq(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "carol"); p.Known || p.HandleKnown {
+		t.Fatalf("a fetch begun after carol's account was deleted stored: %+v", p)
+	}
+	// Once she is back, a fetch stores what it finds.
+	if _, err := s.ApplyBatch(ctx, &Batch{Cursor: StreamCursor{TimeUS: 40},
+		Accounts: []AccountStatus{{DID: did("carol"), Active: true, TimeUS: 40}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StoreFetchedProfile(ctx, FetchedProfile{
+		DID: did("carol"), HandleResolved: true, Handle: "carol.test",
+		RecordFetched: true, Present: true, CID: "bafyfetched", Fields: ProfileFields{DisplayName: "Carol"},
+		At: time.Unix(200, 0), IdentitySeq: s.IdentitySeq(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if p := readProfile(t, s, "carol"); !p.Known || !p.HandleKnown || p.Fields.DisplayName != "Carol" {
+		t.Fatalf("after the reactivation carol = %+v", p)
+	}
+}
+
 // A deleted account's verified handle is forgotten with its profile.
 func TestAnAccountDeletionForgetsItsHandle(t *testing.T) {
 	s := profileStore(t)
