@@ -37,6 +37,9 @@ type HydrationConfig struct {
 // whose authors' profiles are missing.
 const maxFetchWait = 2 * time.Second
 
+// maxHydrationConcurrency bounds hydration.concurrency and per_host.
+const maxHydrationConcurrency = 1024
+
 func defaultHydrationConfig() HydrationConfig {
 	return HydrationConfig{
 		Profiles:     false,
@@ -65,11 +68,13 @@ func (c Config) validateHydration(fail func(field, format string, args ...any)) 
 	if h.QueueSize < 1 || h.QueueSize > 1_000_000 {
 		fail("hydration.queue_size", "must be between 1 and 1000000")
 	}
-	if h.Concurrency <= 0 {
-		fail("hydration.concurrency", "must be positive")
+	// The fetcher starts a goroutine per unit of concurrency: a typo of a
+	// few extra digits started millions and the daemon ran out of memory.
+	if h.Concurrency < 1 || h.Concurrency > maxHydrationConcurrency {
+		fail("hydration.concurrency", "must be between 1 and %d", maxHydrationConcurrency)
 	}
-	if h.PerHost <= 0 {
-		fail("hydration.per_host", "must be positive")
+	if h.PerHost < 1 || h.PerHost > maxHydrationConcurrency {
+		fail("hydration.per_host", "must be between 1 and %d", maxHydrationConcurrency)
 	}
 	if !h.Profiles {
 		return

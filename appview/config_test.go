@@ -390,8 +390,10 @@ func TestValidate(t *testing.T) {
 		{"zero fetch timeout", func(c *Config) { c.Hydration.FetchTimeout = 0 }, "hydration.fetch_timeout: must be positive"},
 		{"zero retry after", func(c *Config) { c.Hydration.RetryAfter = 0 }, "hydration.retry_after: must be positive"},
 		{"zero hydration queue", func(c *Config) { c.Hydration.QueueSize = 0 }, "hydration.queue_size: must be between 1 and 1000000"},
-		{"zero hydration concurrency", func(c *Config) { c.Hydration.Concurrency = 0 }, "hydration.concurrency: must be positive"},
-		{"zero hydration per host", func(c *Config) { c.Hydration.PerHost = 0 }, "hydration.per_host: must be positive"},
+		{"zero hydration concurrency", func(c *Config) { c.Hydration.Concurrency = 0 }, "hydration.concurrency: must be between 1 and 1024"},
+		{"huge hydration concurrency", func(c *Config) { c.Hydration.Concurrency = 1 << 40 }, "hydration.concurrency: must be between 1 and 1024"},
+		{"zero hydration per host", func(c *Config) { c.Hydration.PerHost = 0 }, "hydration.per_host: must be between 1 and 1024"},
+		{"huge hydration per host", func(c *Config) { c.Hydration.PerHost = 1 << 40 }, "hydration.per_host: must be between 1 and 1024"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
