@@ -14,6 +14,9 @@ const (
 	outcomePDSError        outcome = "pds_error"        // the PDS failed, refused or timed out
 	outcomeInvalidRecord   outcome = "invalid_record"   // the PDS sent something that is not a profile
 	outcomeQueueFull       outcome = "queue_full"       // not fetched: the queue was full
+	// outcomeParked is no end: the job waits for a slot of its PDS host
+	// (Service.parked). Not a metric label.
+	outcomeParked outcome = "parked"
 )
 
 var outcomes = []outcome{outcomeStored, outcomeAbsent, outcomeHandleOnly, outcomeHandleUnchecked, outcomeIdentityError,

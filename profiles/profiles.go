@@ -94,7 +94,6 @@ type Service struct {
 	store    Store
 	resolver Resolver
 	pds      *pds.Client
-	limits   *pds.Limiter
 	log      *slog.Logger
 	metrics  *Metrics
 	queue    chan *job
@@ -104,6 +103,23 @@ type Service struct {
 	// failed holds accounts whose fetch failed, until they may be tried
 	// again; bounded by maxFailed.
 	failed map[syntax.DID]time.Time
+	// hostFetches counts the request slots taken per PDS host, at most
+	// PerHost; parked holds, per host, the jobs that found its slots
+	// taken, oldest first. A worker never waits for a host's slot: a job
+	// is parked and the worker takes the next one, and a worker whose
+	// request ends hands its slot to the oldest job parked behind it and
+	// runs it. So a hanging PDS holds PerHost workers, not all of them
+	// (waiting for a slot, they held every worker and failed jobs whose
+	// PDS was never asked: TestAHangingPDSHoldsOnlyItsShareOfTheFetcher).
+	// A woken job that does not use the slot (its DID no longer resolves,
+	// or names another host) hands it on
+	// (TestJobsParkedBehindAJobThatLeftItsHostStillRun). Parked jobs stay
+	// pending, and count against the queue's bound; a host has at most
+	// maxParkedPerSlot×PerHost of them, past which a job is dropped as if
+	// the queue were full, so a dead PDS with many accounts on pages
+	// cannot fill the queue's bound either.
+	hostFetches map[string]int
+	parked      map[string][]*job
 }
 
 // job is one account being fetched; done closes when it is over, however
@@ -112,7 +128,10 @@ type job struct {
 	did syntax.DID
 	// record: the profile record is missing too, not only the handle.
 	record bool
-	done   chan struct{}
+	// slot is the PDS host whose request slot was handed to the job as
+	// it was woken from parked; guarded by Service.mu.
+	slot string
+	done chan struct{}
 }
 
 // New builds a Service; nil log and metrics are allowed.
@@ -123,12 +142,13 @@ func New(cfg Config, store Store, resolver Resolver, client *pds.Client, log *sl
 	}
 	return &Service{
 		cfg: cfg, store: store, resolver: resolver, pds: client,
-		limits:  pds.NewLimiter(cfg.Concurrency, cfg.PerHost),
-		log:     log.With("component", "profiles"),
-		metrics: m,
-		queue:   make(chan *job, cfg.QueueSize),
-		pending: map[syntax.DID]*job{},
-		failed:  map[syntax.DID]time.Time{},
+		log:         log.With("component", "profiles"),
+		metrics:     m,
+		queue:       make(chan *job, cfg.QueueSize),
+		pending:     map[syntax.DID]*job{},
+		failed:      map[syntax.DID]time.Time{},
+		hostFetches: map[string]int{},
+		parked:      map[string][]*job{},
 	}
 }
 
@@ -222,6 +242,12 @@ func (s *Service) enqueue(p feeds.Profile) *job {
 		}
 		delete(s.failed, p.DID)
 	}
+	if len(s.pending) >= s.cfg.QueueSize+s.cfg.Concurrency {
+		// Queued, running and parked jobs together: parked jobs left
+		// the queue, which would otherwise take more without bound.
+		s.metrics.fetched(outcomeQueueFull)
+		return nil
+	}
 	j := &job{did: p.DID, record: !p.Known, done: make(chan struct{})}
 	select {
 	case s.queue <- j:
@@ -276,16 +302,37 @@ func (s *Service) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// process fetches one account and stores what it learned.
+// process fetches one account and stores what it learned, then the jobs
+// it woke from parked, one after another.
 func (s *Service) process(ctx context.Context, j *job) error {
+	todo := []*job{j}
+	for len(todo) > 0 && ctx.Err() == nil {
+		j, todo = todo[0], todo[1:]
+		woken, err := s.processOne(ctx, j)
+		if err != nil {
+			return err
+		}
+		todo = append(todo, woken...)
+	}
+	return nil
+}
+
+// processOne fetches one account and stores what it learned; a job whose
+// PDS host has no slot free is parked instead. woken are the parked jobs
+// given a slot it let go, for the caller to run.
+func (s *Service) processOne(ctx context.Context, j *job) (woken []*job, err error) {
 	fctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
 	defer cancel()
-	fp, outcome := s.fetch(fctx, j)
+	fp, outcome := s.fetch(fctx, j, &woken)
+	if outcome == outcomeParked {
+		return woken, nil
+	}
+	// A slot handed to the job and not used goes to the next job parked.
+	woken = append(woken, s.dropSlot(j)...)
 	// A handle that could not be checked leaves the account incomplete,
 	// so every read would queue it again: it is held back like a failure
 	// (TestAHandleThatCouldNotBeCheckedIsHeldBack).
 	failed := outcome.failed() || !fp.HandleResolved
-	var err error
 	if fp.HandleResolved || fp.RecordFetched {
 		// The write gets its own time: a fetch that used all of its
 		// timeout must still be stored, and shutdown must not fail it.
@@ -310,12 +357,85 @@ func (s *Service) process(ctx context.Context, j *job) error {
 	}
 	s.metrics.fetched(outcome)
 	s.finish(j, failed)
-	return err
+	return woken, err
+}
+
+// maxParkedPerSlot bounds the jobs parked behind one PDS host, per
+// request slot of the host.
+const maxParkedPerSlot = 8
+
+// takeHost takes one of host's PerHost request slots for j, the one
+// handed to it if it was woken for host (outcome ""); else it parks j
+// behind the requests in flight there (outcomeParked), or drops it when
+// too many are parked (outcomeQueueFull). A slot handed to j for another
+// host goes to the next job parked there (woken).
+func (s *Service) takeHost(host string, j *job) (o outcome, woken []*job) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if j.slot == host {
+		j.slot = ""
+		return "", nil
+	}
+	if j.slot != "" {
+		woken = s.handOnLocked(j.slot)
+		j.slot = ""
+	}
+	if s.hostFetches[host] >= s.cfg.PerHost {
+		if len(s.parked[host]) >= maxParkedPerSlot*s.cfg.PerHost {
+			return outcomeQueueFull, woken
+		}
+		s.parked[host] = append(s.parked[host], j)
+		return outcomeParked, woken
+	}
+	s.hostFetches[host]++
+	return "", woken
+}
+
+// releaseHost lets a slot of host go: to the oldest job parked behind it,
+// which the caller runs (woken), else back to the host.
+func (s *Service) releaseHost(host string) (woken []*job) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.handOnLocked(host)
+}
+
+// dropSlot lets go the slot handed to j if it did not use it.
+func (s *Service) dropSlot(j *job) (woken []*job) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if j.slot == "" {
+		return nil
+	}
+	host := j.slot
+	j.slot = ""
+	return s.handOnLocked(host)
+}
+
+// handOnLocked gives a taken slot of host to its oldest parked job, or
+// back to the host. s.mu is held.
+func (s *Service) handOnLocked(host string) []*job {
+	if q := s.parked[host]; len(q) > 0 {
+		j := q[0]
+		q[0] = nil
+		if len(q) == 1 {
+			delete(s.parked, host)
+		} else {
+			s.parked[host] = q[1:]
+		}
+		j.slot = host
+		return []*job{j}
+	}
+	if s.hostFetches[host]--; s.hostFetches[host] <= 0 {
+		delete(s.hostFetches, host)
+	}
+	return nil
 }
 
 // fetch resolves the account's identity (PDS and verified handle) and,
-// when the record is missing, reads it from the PDS.
-func (s *Service) fetch(ctx context.Context, j *job) (feeds.FetchedProfile, outcome) {
+// when the record is missing, reads it from the PDS; outcomeParked when
+// the PDS host has no slot free. Jobs woken from parked by the slots it
+// let go are added to woken.
+func (s *Service) fetch(ctx context.Context, j *job, woken *[]*job) (feeds.FetchedProfile, outcome) {
 	fp := feeds.FetchedProfile{DID: j.did, At: s.cfg.Now(), IdentitySeq: s.store.IdentitySeq()}
 	ident, err := s.resolver.LookupDIDWithHandle(ctx, j.did)
 	if err != nil {
@@ -336,12 +456,13 @@ func (s *Service) fetch(ctx context.Context, j *job) (feeds.FetchedProfile, outc
 	if err != nil {
 		return fp, outcomeIdentityError
 	}
-	release, err := s.limits.Acquire(ctx, u.Host)
-	if err != nil {
-		return fp, outcomePDSError // waited out the fetch timeout for a slot
+	o, w := s.takeHost(u.Host, j)
+	*woken = append(*woken, w...)
+	if o != "" {
+		return fp, o
 	}
 	rec, err := s.pds.GetRecord(ctx, ident.PDS, j.did, feeds.ProfileCollection, feeds.ProfileRKey)
-	release()
+	*woken = append(*woken, s.releaseHost(u.Host)...)
 	switch pds.KindOf(err) {
 	case 0:
 		if err != nil {

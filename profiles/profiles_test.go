@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -424,5 +426,121 @@ func TestAnOldHandleIsVerifiedAgain(t *testing.T) {
 	}
 	if n := w.profileRequests("carol"); n != 1 {
 		t.Errorf("the refresh fetched the profile record again (%d requests)", n)
+	}
+}
+
+// A PDS that hangs is limited to PerHost fetches at once, so that the
+// other hosts' accounts still get the rest of the fetcher. A worker that
+// took a job of the hanging host while its slots were taken waited for
+// one, up to the fetch timeout: a page of that host's accounts held every
+// worker, and an account of a healthy host read behind it was answered
+// without its profile for as long as the host's jobs lasted. The jobs that
+// waited also counted as failed fetches, though their PDS was never asked.
+// Jobs wait for the host's slots parked, without a worker, at most
+// maxParkedPerSlot per slot: past that they are dropped like a full
+// queue's, so that the host's accounts do not fill the queue's bound.
+func TestAHangingPDSHoldsOnlyItsShareOfTheFetcher(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	asked := map[string]bool{}
+	hanging := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked[r.URL.Query().Get("repo")] = true
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(hanging.Close)
+	t.Cleanup(func() { close(release) })
+
+	var slow []string
+	for i := range 2 + maxParkedPerSlot*2 + 6 {
+		slow = append(slow, fmt.Sprintf("slow%d", i))
+	}
+	w := newWorld(t, Config{Wait: time.Second, Concurrency: 4, PerHost: 2, FetchTimeout: 4 * time.Second},
+		append([]string{"carol"}, slow...)...)
+	w.profileRecord("carol", "Carol")
+	for _, n := range slow {
+		w.plc.Add(did(n), syntax.Handle(n+".test"), hanging.URL)
+	}
+	w.svc.cfg.Wait = 10 * time.Millisecond
+	w.hydrate(t, slow...) // a page of the hanging host's accounts
+	// 2 asked, 16 parked, 6 dropped.
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("queue_full")) < 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v dropped, want 6", testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("queue_full")))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	w.svc.cfg.Wait = time.Second
+	ps, took := w.hydrate(t, "carol")
+	if !ps[0].Present || ps[0].Fields.DisplayName != "Carol" {
+		t.Fatalf("carol, on a healthy PDS, read after a page of a hanging PDS's accounts: %+v after %v", ps[0], took)
+	}
+	if got := testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("queue_full")); got != 6 {
+		t.Errorf("%v dropped, want 6", got)
+	}
+	// The accounts whose PDS was never asked are not held back as failed.
+	deadline = time.Now().Add(15 * time.Second)
+	for testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("pds_error")) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the hanging host's fetches never timed out")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	w.svc.mu.Lock()
+	defer w.svc.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	for d := range w.svc.failed {
+		if !asked[d.String()] {
+			t.Errorf("%s is held back as failed, but its PDS was never asked", d)
+		}
+	}
+}
+
+// A job parked behind a host's requests may not take the slot it is woken
+// for: its DID no longer resolves, or now names another host. The jobs
+// parked behind it must still run.
+func TestJobsParkedBehindAJobThatLeftItsHostStillRun(t *testing.T) {
+	release := make(chan struct{})
+	hanging := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(hanging.Close)
+	t.Cleanup(func() { close(release) })
+	w := newWorld(t, Config{Wait: 10 * time.Millisecond, Concurrency: 2, PerHost: 1, FetchTimeout: time.Second},
+		"slow", "moved", "gone", "last")
+	for _, n := range []string{"slow", "moved", "gone", "last"} {
+		w.plc.Add(did(n), syntax.Handle(n+".test"), hanging.URL)
+	}
+	w.profileRecord("moved", "Moved")
+	w.profileRecord("last", "Last")
+	w.hydrate(t, "slow") // hangs
+	time.Sleep(100 * time.Millisecond)
+	w.hydrate(t, "moved", "gone", "last") // parked behind it
+	time.Sleep(100 * time.Millisecond)
+	// While they wait: moved goes to the healthy PDS, gone out of PLC,
+	// and last's PDS recovers.
+	w.plc.Add(did("moved"), "moved.test", w.pds.URL())
+	w.plc.Add(did("last"), "last.test", w.pds.URL())
+	w.plc.Tombstone(did("gone"))
+	w.clock.Advance(2 * time.Hour) // past the directory's cache
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ps, _ := w.hydrate(t, "moved", "last")
+		if ps[0].Present && ps[1].Present {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("parked jobs never ran: %+v", ps)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
