@@ -97,6 +97,9 @@ type Service struct {
 	log      *slog.Logger
 	metrics  *Metrics
 	queue    chan *job
+	// handoff passes a job woken from parked to an idle worker, where
+	// the worker that woke it has a request of its own to make first.
+	handoff chan *job
 
 	mu      sync.Mutex
 	pending map[syntax.DID]*job
@@ -145,6 +148,7 @@ func New(cfg Config, store Store, resolver Resolver, client *pds.Client, log *sl
 		log:         log.With("component", "profiles"),
 		metrics:     m,
 		queue:       make(chan *job, cfg.QueueSize),
+		handoff:     make(chan *job),
 		pending:     map[syntax.DID]*job{},
 		failed:      map[syntax.DID]time.Time{},
 		hostFetches: map[string]int{},
@@ -295,6 +299,10 @@ func (s *Service) Run(ctx context.Context) error {
 					if err := s.process(gctx, j); err != nil {
 						return err
 					}
+				case j := <-s.handoff:
+					if err := s.process(gctx, j); err != nil {
+						return err
+					}
 				}
 			}
 		})
@@ -360,6 +368,19 @@ func (s *Service) processOne(ctx context.Context, j *job) (woken []*job, err err
 	return woken, err
 }
 
+// offer hands each of jobs to a worker idle at the moment, and returns
+// those no worker took.
+func (s *Service) offer(jobs []*job) (left []*job) {
+	for _, j := range jobs {
+		select {
+		case s.handoff <- j:
+		default:
+			left = append(left, j)
+		}
+	}
+	return left
+}
+
 // fetch resolves the account's identity (PDS and verified handle) and,
 // when the record is missing, reads it from the PDS; outcomeParked when
 // the PDS host has no slot free. Jobs woken from parked by the slots it
@@ -386,7 +407,11 @@ func (s *Service) fetch(ctx context.Context, j *job, woken *[]*job) (feeds.Fetch
 		return fp, outcomeIdentityError
 	}
 	o, w := s.takeHost(u.Host, j)
-	*woken = append(*woken, w...)
+	// A slot j was woken for and handed on as it moved hosts: its job
+	// would wait here for j's request, which may hang, holding the slot;
+	// an idle worker runs it now if there is one
+	// (TestASlotHandedOnByAMovedJobIsNotHeldBehindItsRequest).
+	*woken = append(*woken, s.offer(w)...)
 	if o != "" {
 		return fp, o
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -542,5 +544,68 @@ func TestJobsParkedBehindAJobThatLeftItsHostStillRun(t *testing.T) {
 			t.Fatalf("parked jobs never ran: %+v", ps)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A job woken for its host's slot that now names another host hands the
+// slot on as it takes the other host's; the job the slot went to ran
+// only after the moved job's request, on the same worker, however long
+// that took: a hanging PDS held the slot of a healthy one, and the
+// healthy host's accounts parked behind it waited the fetch timeout
+// while other workers were idle.
+func TestASlotHandedOnByAMovedJobIsNotHeldBehindItsRequest(t *testing.T) {
+	releaseSlow := make(chan struct{})
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	hanging := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(hanging.Close)
+	const timeout = 4 * time.Second
+	w := newWorld(t, Config{Wait: 10 * time.Millisecond, Concurrency: 4, PerHost: 1, FetchTimeout: timeout},
+		"slow", "moved", "next")
+	w.profileRecord("next", "Next")
+	target, err := url.Parse(w.pds.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	// Host A: the healthy PDS, but slow's request hangs until released.
+	hostA := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("repo") == did("slow").String() {
+			select {
+			case <-releaseSlow:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		proxy.ServeHTTP(rw, r)
+	}))
+	t.Cleanup(hostA.Close)
+	for _, n := range []string{"slow", "moved", "next"} {
+		w.plc.Add(did(n), syntax.Handle(n+".test"), hostA.URL)
+	}
+	w.hydrate(t, "slow") // takes host A's only slot
+	time.Sleep(100 * time.Millisecond)
+	w.hydrate(t, "moved") // parked behind it
+	time.Sleep(100 * time.Millisecond)
+	w.hydrate(t, "next") // parked behind moved
+	time.Sleep(100 * time.Millisecond)
+	// moved goes to a hanging PDS while it waits.
+	w.plc.Add(did("moved"), "moved.test", hanging.URL)
+	w.clock.Advance(2 * time.Hour) // past the directory's cache
+	close(releaseSlow)
+	// slow's request ends and its slot goes to moved, which hands it on
+	// to next as it takes the hanging host's: next, on a healthy host,
+	// with three workers idle, is fetched at once.
+	deadline := time.Now().Add(timeout / 2)
+	for !readStored(t, w, "next").Present {
+		if time.Now().After(deadline) {
+			t.Fatalf("next, parked on a healthy host, not fetched %v after its slot was free: held behind the moved job's hanging request", timeout/2)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
