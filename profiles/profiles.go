@@ -341,7 +341,14 @@ func (s *Service) processOne(ctx context.Context, j *job) (woken []*job, err err
 	// so every read would queue it again: it is held back like a failure
 	// (TestAHandleThatCouldNotBeCheckedIsHeldBack).
 	failed := outcome.failed() || !fp.HandleResolved
-	if fp.HandleResolved || fp.RecordFetched {
+	if outcome == outcomeQueueFull {
+		// Dropped behind its host's parked jobs, like a full queue's: it
+		// stores nothing and is not held back, so a later read asks
+		// again; a write here would be repeated at each read for as long
+		// as the host's slots stay taken
+		// (TestAJobDroppedBehindAHangingPDSWritesNothing).
+		failed = false
+	} else if fp.HandleResolved || fp.RecordFetched {
 		// The write gets its own time: a fetch that used all of its
 		// timeout must still be stored, and shutdown must not fail it.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StoreTimeout)

@@ -609,3 +609,66 @@ func TestASlotHandedOnByAMovedJobIsNotHeldBehindItsRequest(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// countingStore counts profile writes.
+type countingStore struct {
+	*feeds.Store
+	mu     *sync.Mutex
+	writes map[syntax.DID]int
+}
+
+func (s countingStore) StoreFetchedProfile(ctx context.Context, p feeds.FetchedProfile) error {
+	s.mu.Lock()
+	s.writes[p.DID]++
+	s.mu.Unlock()
+	return s.Store.StoreFetchedProfile(ctx, p)
+}
+
+// A job dropped because too many are parked behind its hanging PDS is
+// dropped like a full queue's: it stores nothing. It wrote the handle it
+// had verified, and, not held back, each read of the page dropped and
+// wrote each such account again: a write transaction per account per
+// read for as long as the PDS hung.
+func TestAJobDroppedBehindAHangingPDSWritesNothing(t *testing.T) {
+	release := make(chan struct{})
+	hanging := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(hanging.Close)
+	t.Cleanup(func() { close(release) })
+	var slow []string
+	for i := range 2 + maxParkedPerSlot*2 + 6 {
+		slow = append(slow, fmt.Sprintf("slow%d", i))
+	}
+	var mu sync.Mutex
+	writes := map[syntax.DID]int{}
+	w := newWorldWith(t, func(s *feeds.Store) Store { return countingStore{s, &mu, writes} },
+		Config{Wait: 10 * time.Millisecond, Concurrency: 4, PerHost: 2, FetchTimeout: 10 * time.Second}, slow...)
+	for _, n := range slow {
+		w.plc.Add(did(n), syntax.Handle(n+".test"), hanging.URL)
+	}
+	dropped := func() float64 { return testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("queue_full")) }
+	for round := 1; round <= 5; round++ {
+		w.hydrate(t, slow...)
+		deadline := time.Now().Add(5 * time.Second)
+		for dropped() < float64(6*round) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %v dropped", round, dropped())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, n := range writes {
+		total += n
+	}
+	if total != 0 {
+		t.Fatalf("%d profile writes while every request of the page hung (%v), want none", total, writes)
+	}
+}
