@@ -308,3 +308,34 @@ func TestGetFeedAnswers503WhenTheWriteLockIsHeldElsewhere(t *testing.T) {
 		t.Errorf("the retry: alice = %v, want [%s]", got, rk)
 	}
 }
+
+// A stop that finds the write lock held by another process (an operator's
+// rebuild) past its last attempts leaves its open batch uncommitted:
+// nothing of it was written and its cursor did not move, so the next
+// start replays it. That is a clean stop, not a failure: Run returned the
+// busy error, and the daemon exited 1 on SIGTERM (found by a review of
+// the run loop).
+func TestAStopBehindAForeignWriteLockIsClean(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	store := openIndexAllStoreAt(t, path)
+	events := queuedPosts(3, shortPost)
+	var logs syncbuf.Buffer
+	in := &ingester{
+		store: store, batchSize: 100, catchupSize: 1000,
+		batchInterval: time.Hour, sweepIdle: time.Hour, now: time.Now,
+		log: slog.New(slog.NewTextHandler(&logs, nil)),
+	}
+	release := writelock.Hold(t, path)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the stop: the queued events are the last batch
+	if err := in.Run(ctx, events); err != nil {
+		t.Errorf("Run stopped behind a foreign write lock: %v, want a clean stop", err)
+	}
+	release()
+	if got := store.Cursor().TimeUS; got != 0 {
+		t.Errorf("cursor %d, want none stored", got)
+	}
+	if !strings.Contains(logs.String(), "replayed at the next start") {
+		t.Errorf("the stop did not say its batch was left: %s", logs.String())
+	}
+}

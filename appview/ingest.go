@@ -74,7 +74,9 @@ const busyAttemptsAtShutdown = 3
 
 // Run consumes events until ctx ends, then commits what it holds and
 // returns nil. A failed commit is our own state broken: it is returned and
-// stops the daemon.
+// stops the daemon. A last batch a stop gives up on behind another
+// process's write lock (busyAttemptsAtShutdown) wrote nothing, and is
+// replayed at the next start: Run returns nil.
 func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) error {
 	// Writes run to completion even when ctx ends: a transaction cut off
 	// by cancellation fails and would turn a clean shutdown into an error.
@@ -104,6 +106,14 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			res, err = in.store.ApplyBatch(ctx, batch)
 			return err
 		})
+		if errors.Is(err, feeds.ErrWriteBusy) {
+			// Given up only once the daemon stops: nothing of the batch
+			// was written and its cursor did not move, so the next start
+			// replays it. A clean stop, not a failure.
+			in.log.Warn("stopping with the last batch uncommitted: another process holds the database's write lock; its events are replayed at the next start",
+				"changes", len(batch.Changes), "time_us", batch.Cursor.TimeUS)
+			return errStoppedBusy
+		}
 		if err != nil {
 			return fmt.Errorf("ingest batch: %w", err)
 		}
@@ -168,10 +178,10 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			case ev := <-events:
 				add(&ev)
 			default:
-				return flush(writeCtx)
+				return stopped(flush(writeCtx))
 			}
 		}
-		return flush(writeCtx)
+		return stopped(flush(writeCtx))
 	}
 	for {
 		// Checked first: a select picks among ready cases at random, and
@@ -186,12 +196,12 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			add(&ev)
 			if in.full(len(batch.Changes), len(events), batchBytes) {
 				if err := flush(writeCtx); err != nil {
-					return err
+					return stopped(err)
 				}
 			}
 		case <-timer.C:
 			if err := flush(writeCtx); err != nil {
-				return err
+				return stopped(err)
 			}
 		case <-idle.C:
 			res, err := in.tick(writeCtx, false, 0, 0)
@@ -205,6 +215,19 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			idle.Reset(next)
 		}
 	}
+}
+
+// errStoppedBusy is a flush given up on at a stop because another process
+// held the write lock: nothing of the batch was written.
+var errStoppedBusy = errors.New("stopped with the last batch uncommitted")
+
+// stopped is Run's result for err: a batch left to the replay at a stop
+// is a clean stop.
+func stopped(err error) error {
+	if errors.Is(err, errStoppedBusy) {
+		return nil
+	}
+	return err
 }
 
 // queueBytes bounds the record bytes waiting in the consumer's queue,
