@@ -232,3 +232,27 @@ func freeAddr(t *testing.T) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// A signal that comes while serve opens the database (a long migration
+// after an upgrade, a large file's caches loading) stops it cleanly: each
+// migration is a transaction, rolled back and applied again at the next
+// start, and nothing else was written. It was "appview: read journal
+// mode: context canceled" and exit 1 (found by a review of the run loop).
+func TestASignalWhileServeStartsIsACleanStop(t *testing.T) {
+	js := jetstreamtest.NewServer()
+	defer js.Close()
+	environ := []string{
+		"APPVIEW_DATABASE_PATH=" + t.TempDir() + "/appview.db",
+		"APPVIEW_JETSTREAM_URLS=" + js.URL(),
+		"APPVIEW_HTTP_LISTEN=" + freeAddr(t),
+	}
+	var stderr syncbuf.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the signal, before the database is open
+	if err := run(ctx, []string{"serve"}, environ, new(syncbuf.Buffer), &stderr); err != nil {
+		t.Fatalf("serve stopped while starting: %v, want a clean stop\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "appview stopped before it started") {
+		t.Errorf("serve did not say it stopped:\n%s", stderr.String())
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -40,6 +41,13 @@ func serve(ctx context.Context, args, environ []string, stderr io.Writer) error 
 
 	d, err := appview.Build(ctx, cfg, appview.Options{Logger: logger})
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// A signal while the database opened (a long migration): each
+			// migration is a transaction, rolled back and applied again at
+			// the next start, and nothing else was written.
+			logger.Info("appview stopped before it started")
+			return nil
+		}
 		return err
 	}
 	runErr := d.Run(ctx)
