@@ -341,12 +341,15 @@ func (d *Daemon) finishRebuilds(ctx context.Context) {
 // after, and the first batch then stores a fresh one, so a gap not
 // recorded now is never seen again, and no viewer is rebuilt
 // (TestAGapIsRecordedThoughTheWriteLockIsHeldAtConnect). It gives up
-// only when the daemon stops, before anything newer is stored.
+// only when the daemon stops, before anything newer is stored. The write
+// sets no deadline: a deadline also ran while it waited for the daemon's
+// own writer, so behind a catch-up batch longer than it the gap went
+// unrecorded, as a session record once did (found by a review). The wait
+// costs the stream nothing, the consumer not being connected yet, and
+// another process's lock still fails each try after the busy timeout.
 func (d *Daemon) recordGap(ctx context.Context, g feeds.Gap) (recorded bool, err error) {
 	err = retryWhileBusy(ctx.Done(), 1, d.log, "stream gap", func() error {
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		recorded, err = d.store.RecordGap(wctx, g)
+		recorded, err = d.store.RecordGap(context.WithoutCancel(ctx), g)
 		return err
 	})
 	return recorded, err
