@@ -1,8 +1,12 @@
 package feeds
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -35,5 +39,63 @@ func TestAReenabledLaneDropsRowsOfAuthorsUnfollowedMeanwhile(t *testing.T) {
 	if n := count(t, s, `SELECT count(*) FROM feed_items fi JOIN records r ON r.id = fi.record_id
 		JOIN actors a ON a.id = r.actor_id WHERE a.did = 'did:plc:x'`); n != 0 {
 		t.Errorf("%d feed rows of the unfollowed x remain", n)
+	}
+}
+
+// A feed renamed (or one feed of a follow collection dropped while another
+// stays): its viewers view no enabled feed of that follow collection any
+// more, so the stream's unfollows of theirs are dropped, while their follow
+// listing stays complete. Their first read of the new feed must list their
+// follows again rather than trust the stale ones.
+func TestAViewerOfARenamedFeedHasItsFollowsListedAgain(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	ctx := context.Background()
+	now := time.Unix(1_000, 0)
+	named := func(name string) []Feed {
+		return []Feed{{Name: name, FollowCollection: followNSID, MergeLimit: 100,
+			Targets: []Target{{Collection: postNSID, Cap: 200}}}}
+	}
+	firstRead := func(s *Store, feed string) {
+		t.Helper()
+		if ok, err := s.ClaimFirstRead(ctx, did("v1"), feed, "me", now, time.Minute); !ok || err != nil {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		if _, err := s.CompleteFirstRead(ctx, did("v1"), feed, "me", now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := mustOpenWith(t, Options{Path: path, Feeds: named("following")})
+	s.CheckScope(ctx, []string{string(followNSID), string(postNSID)})
+	register(t, s, "v1", "following")
+	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("v1"), Collection: followNSID,
+		Records: []ListedRecord{{RKey: "f1", CID: "bafyf1", Subject: did("alice"),
+			Value: json.RawMessage(fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q}`, did("alice")))}},
+		To: Listing{Host: "h", Round: 1, Page: 1, Complete: true}, FetchedAt: now, Span: &KeySpan{}}, now); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, post("alice", "p1", 2))
+	firstRead(s, "following")
+	if got := feedRKeys(t, s, "following", "v1", postNSID); len(got) != 1 {
+		t.Fatalf("feed before = %v", got)
+	}
+	s.Close()
+
+	s = mustOpenWith(t, Options{Path: path, Feeds: named("home")})
+	s.CheckScope(ctx, []string{string(followNSID), string(postNSID)})
+	apply(t, s, unfollow("v1", "f1", 5)) // v1 views no enabled feed: dropped
+	register(t, s, "v1", "home")
+	l, err := s.ReadListing(ctx, did("v1"), followNSID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Complete {
+		t.Errorf("v1's follow listing is complete though its unfollows were dropped while it viewed no feed: %+v", l)
+	} else if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("v1"), Collection: followNSID,
+		To: Listing{Host: "h", Round: l.Round, Page: 1, Complete: true}, FetchedAt: now, Span: &KeySpan{}}, now); err != nil {
+		t.Fatal(err)
+	}
+	firstRead(s, "home")
+	if got := feedRKeys(t, s, "home", "v1", postNSID); len(got) != 0 {
+		t.Errorf("home feed = %v: v1 unfollowed alice while it viewed no feed", got)
 	}
 }

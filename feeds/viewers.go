@@ -39,6 +39,26 @@ func (s *Store) RegisterViewer(ctx context.Context, viewer syntax.DID, feed stri
 		if err != nil {
 			return err
 		}
+		lanes, _ := s.lanesOf(feed)
+		followColl := lanes[0].followCollID
+		viewing := s.indexAll // that mode keeps everyone's follows
+		if !viewing {
+			if viewing, err = w.viewsFollows(id, followColl); err != nil {
+				return err
+			}
+		}
+		if !viewing {
+			// Its follows were not kept by the stream while it viewed no
+			// enabled feed of this follow collection (one renamed or
+			// dropped from the config left them, and their listing,
+			// behind): the listing starts a new round, so its first read
+			// lists them again rather than trust the stale ones
+			// (TestAViewerOfARenamedFeedHasItsFollowsListedAgain).
+			if _, err := w.tx.ExecContext(ctx, `UPDATE listings SET `+reopenListing+`
+				WHERE actor_id = ? AND collection_id = ?`, id, followColl); err != nil {
+				return fmt.Errorf("reopen follow listing: %w", err)
+			}
+		}
 		nowUS := now.UnixMicro()
 		if _, err := w.tx.ExecContext(ctx, `
 			INSERT INTO viewers (actor_id, feed, registered_us, last_read_us) VALUES (?1, ?2, ?3, ?3)
