@@ -99,3 +99,34 @@ func TestAViewerOfARenamedFeedHasItsFollowsListedAgain(t *testing.T) {
 		t.Errorf("home feed = %v: v1 unfollowed alice while it viewed no feed", got)
 	}
 }
+
+// A viewer of a feed no longer configured (renamed, removed) is retired
+// like any other: its follows go, as their collection feeds nothing it
+// views, and the accounts it alone followed leave the scope. Before, its
+// follows stayed for good (the stream no longer touched them), so those
+// accounts' records were stored forever.
+func TestRetiringAViewerOfARemovedFeedDropsItsFollows(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	ctx := context.Background()
+	named := func(name string) []Feed {
+		return []Feed{{Name: name, FollowCollection: followNSID, MergeLimit: 100,
+			Targets: []Target{{Collection: postNSID, Cap: 200}}}}
+	}
+	s := mustOpenWith(t, Options{Path: path, Feeds: named("following")})
+	if _, err := s.RegisterViewer(ctx, did("v1"), "following", time.Unix(1_000, 0)); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, s, follow("v1", "carol", "f1", 1), post("carol", "p1", 2))
+	s.Close()
+
+	s = mustOpenWith(t, Options{Path: path, Feeds: named("home")})
+	if n, err := s.RetireViewers(ctx, time.Unix(100_000, 0), 20*time.Hour, 10); err != nil || n != 1 {
+		t.Fatalf("retired %d (%v), want v1", n, err)
+	}
+	if n := count(t, s, `SELECT count(*) FROM follows`); n != 0 {
+		t.Errorf("%d follows of the retired viewer left", n)
+	}
+	if res := apply(t, s, post("carol", "p2", 5)); res.OutOfScope != 1 {
+		t.Errorf("post by an account no viewer follows: %+v, want out of scope", res)
+	}
+}

@@ -3,6 +3,7 @@ package feeds
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -60,17 +61,61 @@ func (s *Store) RetireViewers(ctx context.Context, now time.Time, ttl time.Durat
 }
 
 func (w *txWriter) retireViewer(id int64, feed string) error {
-	lanes, _ := w.s.lanesOf(feed)
-	if err := w.clearViewerFeed(id, lanes); err != nil {
+	// The feed's lanes as stored, enabled or not: a feed no longer
+	// configured (renamed, removed) has its viewers retired too, and their
+	// follows must go with them, as the stream stopped keeping them
+	// (TestRetiringAViewerOfARemovedFeedDropsItsFollows).
+	var targets, follows []int64
+	rows, err := w.tx.QueryContext(w.ctx, `SELECT id, follow_collection_id FROM feed_targets WHERE feed = ?`, feed)
+	if err != nil {
 		return fmt.Errorf("retire viewer: %w", err)
+	}
+	for rows.Next() {
+		var t, f int64
+		if err := rows.Scan(&t, &f); err != nil {
+			rows.Close()
+			return fmt.Errorf("retire viewer: %w", err)
+		}
+		targets = append(targets, t)
+		if !slices.Contains(follows, f) {
+			follows = append(follows, f)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("retire viewer: %w", err)
+	}
+	for _, t := range targets {
+		if _, err := w.tx.ExecContext(w.ctx, `DELETE FROM feed_items WHERE viewer_id = ? AND target_id = ?`, id, t); err != nil {
+			return fmt.Errorf("retire viewer: %w", err)
+		}
 	}
 	if _, err := w.tx.ExecContext(w.ctx, `DELETE FROM viewers WHERE actor_id = ? AND feed = ?`, id, feed); err != nil {
 		return fmt.Errorf("retire viewer: %w", err)
 	}
-	if len(lanes) == 0 {
-		return nil
+	// And any other follows of the actor's that no feed it views is built
+	// from (a feed's earlier follow collection): the stream stopped
+	// keeping them too.
+	others, err := scanIDs(w.tx.QueryContext(w.ctx, `SELECT DISTINCT collection_id FROM follows WHERE actor_id = ?`, id))
+	if err != nil {
+		return fmt.Errorf("retire viewer: %w", err)
 	}
-	followColl := lanes[0].followCollID
+	for _, c := range others {
+		if !slices.Contains(follows, c) {
+			follows = append(follows, c)
+		}
+	}
+	for _, followColl := range follows {
+		if err := w.dropFollowsUnviewed(id, followColl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropFollowsUnviewed drops an actor's follows of a follow collection once
+// it views no enabled feed built from it (only viewers' follows are
+// stored), and lets the accounts it alone followed leave the scope.
+func (w *txWriter) dropFollowsUnviewed(id, followColl int64) error {
 	still, err := w.viewsFollows(id, followColl)
 	if err != nil || still {
 		return err
