@@ -130,3 +130,55 @@ func TestRetiringAViewerOfARemovedFeedDropsItsFollows(t *testing.T) {
 		t.Errorf("post by an account no viewer follows: %+v, want out of scope", res)
 	}
 }
+
+// A collection that was a follow collection in an earlier config (its
+// lane disabled, its row kept) and is now a target: an account leaving
+// the scope has its listings of it reopened like any target's, since its
+// records of it are deleted. Before, the disabled lane's follow
+// collection kept the listing complete, so a later follower's first read
+// trusted it and the account's records of it were never fetched again.
+func TestAFormerFollowCollectionNowATargetIsListedAgainAfterLeavingScope(t *testing.T) {
+	const exFollow = syntax.NSID("com.example.follow")
+	path := t.TempDir() + "/appview.db"
+	ctx := context.Background()
+	now := time.Unix(1_000, 0)
+	before := []Feed{{Name: "graph", FollowCollection: exFollow, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 200}}}}
+	after := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 200}, {Collection: exFollow, Cap: 200}}}}
+	s := mustOpenWith(t, Options{Path: path, Feeds: before})
+	s.Close()
+
+	s = mustOpenWith(t, Options{Path: path, Feeds: after})
+	register(t, s, "v1", "following")
+	apply(t, s, follow("v1", "alice", "f1", 1))
+	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("alice"), Collection: exFollow,
+		Records: []ListedRecord{{RKey: "3aaaaaaaaaaa2", CID: "bafyx1", Value: json.RawMessage(`{"$type":"com.example.follow","subject":"did:plc:bob"}`)}},
+		To: Listing{Host: "h", Round: 1, Page: 1, Complete: true}, FetchedAt: now}, now); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, s, `SELECT count(*) FROM records r JOIN collections c ON c.id = r.collection_id WHERE c.nsid = 'com.example.follow'`); n != 1 {
+		t.Fatalf("%d records of alice's listing stored, want 1", n)
+	}
+	apply(t, s, unfollow("v1", "f1", 2)) // alice leaves the scope: her records go
+	if n := count(t, s, `SELECT count(*) FROM records r JOIN collections c ON c.id = r.collection_id WHERE c.nsid = 'com.example.follow'`); n != 0 {
+		t.Fatalf("%d records of alice left after she left the scope", n)
+	}
+	l, err := s.ReadListing(ctx, did("alice"), exFollow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Complete {
+		t.Errorf("alice's listing of %s is still complete, her records of it deleted: a later follower's first read skips them", exFollow)
+	}
+	// A live follow wants her listings; the retry loop must see them due.
+	register(t, s, "v2", "following")
+	apply(t, s, follow("v2", "alice", "f2", 3))
+	due, err := s.DueListings(ctx, now.Add(time.Hour), 6, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(due, ListingKey{Account: did("alice"), Collection: exFollow}) {
+		t.Errorf("due listings = %v: alice's %s listing, wanted by a live follow, is never retried", due, exFollow)
+	}
+}

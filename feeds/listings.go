@@ -594,7 +594,7 @@ func (s *Store) DueListings(ctx context.Context, now time.Time, maxAttempts, lim
 		WHERE l.complete = 0 AND l.gone = 0 AND l.attempts < ? AND a.deleted = 0
 		AND l.next_retry_us > 0 AND l.next_retry_us <= ?
 		AND l.collection_id IN (SELECT collection_id FROM feed_targets WHERE enabled = 1)
-		AND l.collection_id NOT IN (SELECT follow_collection_id FROM feed_targets)
+		AND l.collection_id NOT IN (SELECT follow_collection_id FROM feed_targets WHERE enabled = 1)
 		`+inScope+`
 		ORDER BY l.next_retry_us
 		LIMIT ?`, maxAttempts, now.UnixMicro(), limit)

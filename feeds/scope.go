@@ -111,9 +111,11 @@ func (w *txWriter) leaveScopeIfUnfollowed(subjectID int64) error {
 	if err := w.dropProfile(subjectID); err != nil {
 		return err
 	}
+	// Follow collections of enabled lanes only: a disabled lane's may be a
+	// target now (TestAFormerFollowCollectionNowATargetIsListedAgainAfterLeavingScope).
 	if _, err := w.tx.ExecContext(w.ctx, `
 		UPDATE listings SET `+reopenListing+`
-		WHERE actor_id = ? AND collection_id NOT IN (SELECT follow_collection_id FROM feed_targets)`,
+		WHERE actor_id = ? AND collection_id NOT IN (SELECT follow_collection_id FROM feed_targets WHERE enabled = 1)`,
 		subjectID); err != nil {
 		return fmt.Errorf("invalidate listings: %w", err)
 	}
