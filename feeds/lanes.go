@@ -123,6 +123,24 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 	if err := s.syncFields(ctx, tx, feeds); err != nil {
 		return fmt.Errorf("sync fields: %w", err)
 	}
+	// The mode the daemon runs in is part of the definitions: a command
+	// with index_all set otherwise took another audience for a feed (its
+	// rebuild of an index_all feed rebuilt no one, and deleted the rebuild
+	// the daemon had queued: TestACommandWithAnotherIndexAllModeLeavesTheQueuedRebuild).
+	mode := int64(0)
+	if s.indexAll {
+		mode = 1
+	}
+	var storedMode int64
+	switch err := tx.QueryRowContext(ctx, `SELECT seq FROM cursors WHERE kind = ?`, cursorKindIndexAll).Scan(&storedMode); {
+	case errors.Is(err, sql.ErrNoRows):
+		storedMode = mode // a database from before the mode was recorded
+	case err != nil:
+		return fmt.Errorf("read index_all mode: %w", err)
+	}
+	if keep && storedMode != mode {
+		return fmt.Errorf("%w (ingest.index_all is %t in the config, %t in the database)", ErrFeedsDiffer, mode == 1, storedMode == 1)
+	}
 	if keep && before != laneDefinitionsNone {
 		after, err := laneDefinitions(ctx, tx)
 		if err != nil {
@@ -132,6 +150,11 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 			return ErrFeedsDiffer
 		}
 		return nil // rolled back: nothing was written
+	}
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO cursors (kind, seq) VALUES (?, ?) ON CONFLICT (kind) DO UPDATE SET seq = excluded.seq`,
+		cursorKindIndexAll, mode); err != nil {
+		return fmt.Errorf("store index_all mode: %w", err)
 	}
 	for _, l := range stale {
 		if err := s.clearLane(ctx, tx, l); err != nil {
@@ -198,6 +221,10 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 // the database holds: the command was given another config than the
 // daemon's.
 var ErrFeedsDiffer = errors.New("the config's feeds differ from those the database holds: use the daemon's config")
+
+// cursorKindIndexAll is the cursors row that records the mode the
+// database was last opened in by the daemon (seq 1: index_all).
+const cursorKindIndexAll = "index_all"
 
 // laneDefinitionsNone is what laneDefinitions says of a database that
 // holds no feed definition yet.

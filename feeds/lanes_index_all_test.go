@@ -2,6 +2,7 @@ package feeds
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 )
@@ -71,5 +72,38 @@ func TestAReenabledLaneInIndexAllKeepsStillFollowedAuthors(t *testing.T) {
 	rebuildQueued(t, s)
 	if got := feedRKeys(t, s, "following", "v1", repostNSID); !slices.Equal(got, []string{"r1"}) {
 		t.Errorf("re-enabled repost lane = %v, want [r1]", got)
+	}
+}
+
+// An operator command opened with a config whose index_all differs from
+// the daemon's: its rebuild took the registered viewers (none in index_all
+// mode) for the audience, rebuilt nothing, and deleted the rebuild the
+// daemon had queued when the feed was added, so the feed's stored backlog
+// was skipped for good. The command is refused instead.
+func TestACommandWithAnotherIndexAllModeLeavesTheQueuedRebuild(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	a := Feed{Name: "a", FollowCollection: followNSID, MergeLimit: 100, Targets: []Target{{Collection: postNSID, Cap: 200}}}
+	b := Feed{Name: "b", FollowCollection: followNSID, MergeLimit: 100, Targets: []Target{{Collection: postNSID, Cap: 200}}}
+	s := mustOpenAt(t, path, []Feed{a})
+	apply(t, s, follow("v1", "alice", "f1", 1), post("alice", "p1", 2), post("alice", "p2", 3))
+	s.Close()
+	s = mustOpenAt(t, path, []Feed{a, b}) // feed b is added: its rebuild is queued
+	s.Close()                             // the daemon stops before running it
+
+	cmd, err := Open(context.Background(), Options{Path: path, Feeds: []Feed{a, b}, Existing: true})
+	if err == nil {
+		if _, err := cmd.RebuildFeed(context.Background(), "b", RebuildOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Close()
+		t.Errorf("a command with index_all off opened a database the daemon runs in index_all mode")
+	} else if !errors.Is(err, ErrFeedsDiffer) {
+		t.Fatalf("open: %v, want ErrFeedsDiffer", err)
+	}
+
+	s = mustOpenAt(t, path, []Feed{a, b})
+	rebuildQueued(t, s)
+	if got := feedRKeys(t, s, "b", "v1", postNSID); !slices.Equal(got, []string{"p2", "p1"}) {
+		t.Errorf("feed b = %v, want [p2 p1]: its backlog was skipped", got)
 	}
 }
