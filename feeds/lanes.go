@@ -149,6 +149,9 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 		if after != before {
 			return ErrFeedsDiffer
 		}
+		if err := tx.QueryRowContext(ctx, laneRowsSQL).Scan(&s.lanesAtOpen); err != nil {
+			return fmt.Errorf("read feed definitions: %w", err)
+		}
 		return nil // rolled back: nothing was written
 	}
 	if _, err := tx.ExecContext(ctx, `
@@ -230,15 +233,38 @@ const cursorKindIndexAll = "index_all"
 // holds no feed definition yet.
 const laneDefinitionsNone = "/"
 
+// laneRowsSQL reads every stored lane definition as one string.
+const laneRowsSQL = `SELECT coalesce(group_concat(d, ';'), '') FROM (
+			SELECT concat_ws('|', t.feed, c.nsid, f.nsid, t.cap, t.merge_limit, t.enabled) AS d
+			FROM feed_targets t JOIN collections c ON c.id = t.collection_id
+			JOIN collections f ON f.id = t.follow_collection_id ORDER BY t.id)`
+
+// checkLanes refuses, in a store opened with Options.Existing (an
+// operator command beside the daemon), a write built on lanes the
+// database no longer holds: the daemon restarted with another config
+// while the command ran, and a first read completed, or a viewer rebuilt,
+// with the lanes from before would skip what the change asked for
+// (TestACommandsFirstReadAcrossAConfigChangeDoesNotCompleteTheViewer).
+func (w *txWriter) checkLanes() error {
+	if w.s.lanesAtOpen == "" {
+		return nil
+	}
+	var now string
+	if err := w.tx.QueryRowContext(w.ctx, laneRowsSQL).Scan(&now); err != nil {
+		return fmt.Errorf("read feed definitions: %w", err)
+	}
+	if now != w.s.lanesAtOpen {
+		return fmt.Errorf("%w: the daemon's feeds changed while this command ran", ErrFeedsDiffer)
+	}
+	return nil
+}
+
 // laneDefinitions is every stored feed definition, lanes and fields, as
 // one string to compare.
 func laneDefinitions(ctx context.Context, tx *sql.Tx) (string, error) {
 	var defs string
 	err := tx.QueryRowContext(ctx, `SELECT
-		(SELECT coalesce(group_concat(d, ';'), '') FROM (
-			SELECT concat_ws('|', t.feed, c.nsid, f.nsid, t.cap, t.merge_limit, t.enabled) AS d
-			FROM feed_targets t JOIN collections c ON c.id = t.collection_id
-			JOIN collections f ON f.id = t.follow_collection_id ORDER BY t.id))
+		(`+laneRowsSQL+`)
 		|| '/' ||
 		(SELECT coalesce(group_concat(d, ';'), '') FROM (
 			SELECT concat_ws('|', id, collection_id, path, kind, enabled, backlog_after_id, backlog_end_id) AS d

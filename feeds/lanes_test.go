@@ -154,7 +154,7 @@ func TestAFormerFollowCollectionNowATargetIsListedAgainAfterLeavingScope(t *test
 	apply(t, s, follow("v1", "alice", "f1", 1))
 	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("alice"), Collection: exFollow,
 		Records: []ListedRecord{{RKey: "3aaaaaaaaaaa2", CID: "bafyx1", Value: json.RawMessage(`{"$type":"com.example.follow","subject":"did:plc:bob"}`)}},
-		To: Listing{Host: "h", Round: 1, Page: 1, Complete: true}, FetchedAt: now}, now); err != nil {
+		To:      Listing{Host: "h", Round: 1, Page: 1, Complete: true}, FetchedAt: now}, now); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(t, s, `SELECT count(*) FROM records r JOIN collections c ON c.id = r.collection_id WHERE c.nsid = 'com.example.follow'`); n != 1 {
@@ -180,5 +180,55 @@ func TestAFormerFollowCollectionNowATargetIsListedAgainAfterLeavingScope(t *test
 	}
 	if !slices.Contains(due, ListingKey{Account: did("alice"), Collection: exFollow}) {
 		t.Errorf("due listings = %v: alice's %s listing, wanted by a live follow, is never retried", due, exFollow)
+	}
+}
+
+// An operator's first read (appview backfill) opened under the daemon's
+// config, still running when the daemon restarts with a target added to
+// the feed: the daemon marks the feed's complete viewers for a rebuild,
+// but this viewer's first read is under way, and completing it with the
+// command's lanes, from before the change, marked it complete without the
+// new target: its backlog was skipped for good. The command's completion
+// is refused instead, and the viewer's next read is a first read.
+func TestACommandsFirstReadAcrossAConfigChangeDoesNotCompleteTheViewer(t *testing.T) {
+	const repostNSID = syntax.NSID("app.bsky.feed.repost")
+	path := t.TempDir() + "/appview.db"
+	ctx := context.Background()
+	now := time.Unix(1_000, 0)
+	postsOnly := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 200}}}}
+	both := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: postNSID, Cap: 200}, {Collection: repostNSID, Cap: 200}}}}
+	other := []Feed{{Name: "other", FollowCollection: followNSID, MergeLimit: 100,
+		Targets: []Target{{Collection: repostNSID, Cap: 200}}}}
+	// The daemon, with another feed over reposts, so they are stored.
+	d := mustOpenWith(t, Options{Path: path, Feeds: append(slices.Clone(postsOnly), other...)})
+	register(t, d, "v0", "other")
+	apply(t, d, follow("v0", "x", "f0", 1), target(repostNSID, "x", "r1", 2))
+	d.Close()
+
+	d = mustOpenWith(t, Options{Path: path, Feeds: append(slices.Clone(postsOnly), other...)})
+	cmd := mustOpenWith(t, Options{Path: path, Feeds: append(slices.Clone(postsOnly), other...), Existing: true})
+	register(t, cmd, "v1", "following")
+	if ok, err := cmd.ClaimFirstRead(ctx, did("v1"), "following", "cmd", now, time.Minute); !ok || err != nil {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	if _, err := cmd.ApplyListingPage(ctx, &ListingPage{Account: did("v1"), Collection: followNSID,
+		Records: []ListedRecord{{RKey: "f1", CID: "bafyf1", Subject: did("x"),
+			Value: json.RawMessage(fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q}`, did("x")))}},
+		To: Listing{Host: "h", Round: 1, Page: 1, Complete: true}, FetchedAt: now, Span: &KeySpan{}}, now); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	// The daemon restarts with reposts added to "following".
+	d = mustOpenWith(t, Options{Path: path, Feeds: append(slices.Clone(both), other...)})
+	_, err := cmd.CompleteFirstRead(ctx, did("v1"), "following", "cmd", now)
+	st, serr := d.RegisterViewer(ctx, did("v1"), "following", now)
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	if st.Complete {
+		got := feedRKeys(t, d, "following", "v1", repostNSID)
+		t.Errorf("v1 completed by the command's old lanes (err %v): reposts lane = %v, its next read is no first read", err, got)
 	}
 }

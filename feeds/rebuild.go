@@ -91,6 +91,9 @@ func (s *Store) RebuildFeed(ctx context.Context, feed string, opts RebuildOption
 		var last int64
 		var rows int64
 		err := s.write(ctx, func(w *txWriter) error {
+			if err := w.checkLanes(); err != nil {
+				return err
+			}
 			ids, err := scanIDs(w.tx.QueryContext(ctx, aud.next, aud.key, after, opts.Chunk))
 			if err != nil {
 				return fmt.Errorf("list viewers: %w", err)

@@ -129,6 +129,9 @@ type Store struct {
 	fieldsByColl  map[int64][]fieldDef  // target collection id → fields extracted at ingest
 
 	indexAll bool
+	// lanesAtOpen is, in a store opened with Options.Existing, the lane
+	// definitions it loaded (laneRowsSQL); "" otherwise (checkLanes).
+	lanesAtOpen string
 	// audienceImplied: the stored follows are the fan-out's audience, no
 	// per-row viewer check needed (audience.go). Decided at Open.
 	audienceImplied bool

@@ -215,6 +215,9 @@ func (s *Store) CompleteFirstRead(ctx context.Context, viewer syntax.DID, feed, 
 		if !found {
 			return ErrClaimLost
 		}
+		if err := w.checkLanes(); err != nil {
+			return err
+		}
 		if rows, err = w.buildViewerFeed(id, lanes); err != nil {
 			return err
 		}
