@@ -412,13 +412,7 @@ func TestAFollowCollectionAddedBackIsListedAgain(t *testing.T) {
 	s := mustOpenWith(t, Options{Path: path, Feeds: orig})
 	s.CheckScope(ctx, []string{string(followNSID), string(postNSID)})
 	register(t, s, "v1", "following")
-	// v1's follow listing: f1 -> alice, complete.
-	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("v1"), Collection: followNSID,
-		Records: []ListedRecord{{RKey: "f1", CID: "bafyf1", Subject: did("alice"),
-			Value: json.RawMessage(fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q}`, did("alice")))}},
-		To: Listing{Host: "h", Round: 1, Page: 1, Complete: true}, FetchedAt: now, Span: &KeySpan{}}, now); err != nil {
-		t.Fatal(err)
-	}
+	listFollowsOnce(t, s, "v1", "alice", now) // v1's follow listing: f1 -> alice, complete
 	apply(t, s, post("alice", "p1", 2))
 	completeFirstRead(t, s, "v1", now)
 	if got := feedRKeys(t, s, "following", "v1", postNSID); len(got) != 1 {
@@ -463,6 +457,18 @@ func completeFirstRead(t *testing.T, s *Store, viewer string, now time.Time) {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
 	if _, err := s.CompleteFirstRead(ctx, did(viewer), "following", "me", now); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// listFollowsOnce applies a complete one-page follow listing of viewer:
+// f1, a follow of subject.
+func listFollowsOnce(t *testing.T, s *Store, viewer, subject string, now time.Time) {
+	t.Helper()
+	if _, err := s.ApplyListingPage(context.Background(), &ListingPage{Account: did(viewer), Collection: followNSID,
+		Records: []ListedRecord{{RKey: "f1", CID: "bafyf1", Subject: did(subject),
+			Value: json.RawMessage(fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q}`, did(subject)))}},
+		To: Listing{Host: "h", Round: 1, Page: 1, Complete: true}, FetchedAt: now, Span: &KeySpan{}}, now); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -67,12 +67,7 @@ func TestAViewerOfARenamedFeedHasItsFollowsListedAgain(t *testing.T) {
 	s := mustOpenWith(t, Options{Path: path, Feeds: named("following")})
 	s.CheckScope(ctx, []string{string(followNSID), string(postNSID)})
 	register(t, s, "v1", "following")
-	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("v1"), Collection: followNSID,
-		Records: []ListedRecord{{RKey: "f1", CID: "bafyf1", Subject: did("alice"),
-			Value: json.RawMessage(fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q}`, did("alice")))}},
-		To: Listing{Host: "h", Round: 1, Page: 1, Complete: true}, FetchedAt: now, Span: &KeySpan{}}, now); err != nil {
-		t.Fatal(err)
-	}
+	listFollowsOnce(t, s, "v1", "alice", now)
 	apply(t, s, post("alice", "p1", 2))
 	firstRead(s, "following")
 	if got := feedRKeys(t, s, "following", "v1", postNSID); len(got) != 1 {

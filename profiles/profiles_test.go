@@ -442,25 +442,15 @@ func TestAnOldHandleIsVerifiedAgain(t *testing.T) {
 // maxParkedPerSlot per slot: past that they are dropped like a full
 // queue's, so that the host's accounts do not fill the queue's bound.
 func TestAHangingPDSHoldsOnlyItsShareOfTheFetcher(t *testing.T) {
-	release := make(chan struct{})
 	var mu sync.Mutex
 	asked := map[string]bool{}
-	hanging := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+	hanging := hangingPDS(t, func(r *http.Request) {
 		mu.Lock()
 		asked[r.URL.Query().Get("repo")] = true
 		mu.Unlock()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(hanging.Close)
-	t.Cleanup(func() { close(release) })
+	})
 
-	var slow []string
-	for i := range 2 + maxParkedPerSlot*2 + 6 {
-		slow = append(slow, fmt.Sprintf("slow%d", i))
-	}
+	slow := moreThanParkFor(2)
 	w := newWorld(t, Config{Wait: time.Second, Concurrency: 4, PerHost: 2, FetchTimeout: 4 * time.Second},
 		append([]string{"carol"}, slow...)...)
 	w.profileRecord("carol", "Carol")
@@ -508,15 +498,7 @@ func TestAHangingPDSHoldsOnlyItsShareOfTheFetcher(t *testing.T) {
 // for: its DID no longer resolves, or now names another host. The jobs
 // parked behind it must still run.
 func TestJobsParkedBehindAJobThatLeftItsHostStillRun(t *testing.T) {
-	release := make(chan struct{})
-	hanging := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(hanging.Close)
-	t.Cleanup(func() { close(release) })
+	hanging := hangingPDS(t, nil)
 	w := newWorld(t, Config{Wait: 10 * time.Millisecond, Concurrency: 2, PerHost: 1, FetchTimeout: time.Second},
 		"slow", "moved", "gone", "last")
 	for _, n := range []string{"slow", "moved", "gone", "last"} {
@@ -555,15 +537,7 @@ func TestJobsParkedBehindAJobThatLeftItsHostStillRun(t *testing.T) {
 // while other workers were idle.
 func TestASlotHandedOnByAMovedJobIsNotHeldBehindItsRequest(t *testing.T) {
 	releaseSlow := make(chan struct{})
-	hang := make(chan struct{})
-	t.Cleanup(func() { close(hang) })
-	hanging := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		select {
-		case <-hang:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(hanging.Close)
+	hanging := hangingPDS(t, nil)
 	const timeout = 4 * time.Second
 	w := newWorld(t, Config{Wait: 10 * time.Millisecond, Concurrency: 4, PerHost: 1, FetchTimeout: timeout},
 		"slow", "moved", "next")
@@ -630,19 +604,8 @@ func (s countingStore) StoreFetchedProfile(ctx context.Context, p feeds.FetchedP
 // wrote each such account again: a write transaction per account per
 // read for as long as the PDS hung.
 func TestAJobDroppedBehindAHangingPDSWritesNothing(t *testing.T) {
-	release := make(chan struct{})
-	hanging := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(hanging.Close)
-	t.Cleanup(func() { close(release) })
-	var slow []string
-	for i := range 2 + maxParkedPerSlot*2 + 6 {
-		slow = append(slow, fmt.Sprintf("slow%d", i))
-	}
+	hanging := hangingPDS(t, nil)
+	slow := moreThanParkFor(2)
 	var mu sync.Mutex
 	writes := map[syntax.DID]int{}
 	w := newWorldWith(t, func(s *feeds.Store) Store { return countingStore{s, &mu, writes} },
@@ -671,4 +634,33 @@ func TestAJobDroppedBehindAHangingPDSWritesNothing(t *testing.T) {
 	if total != 0 {
 		t.Fatalf("%d profile writes while every request of the page hung (%v), want none", total, writes)
 	}
+}
+
+// hangingPDS is a PDS that answers nothing until the test ends (each
+// request seen by saw first, when not nil).
+func hangingPDS(t *testing.T, saw func(*http.Request)) *httptest.Server {
+	t.Helper()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if saw != nil {
+			saw(r)
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	return srv
+}
+
+// moreThanParkFor names more accounts than a host of perHost slots runs
+// and parks: its slots, maxParkedPerSlot a slot, and 6 over.
+func moreThanParkFor(perHost int) []string {
+	var names []string
+	for i := range perHost + maxParkedPerSlot*perHost + 6 {
+		names = append(names, fmt.Sprintf("slow%d", i))
+	}
+	return names
 }
