@@ -78,6 +78,13 @@ const busyAttemptsAtShutdown = 3
 // process's write lock (busyAttemptsAtShutdown) wrote nothing, and is
 // replayed at the next start: Run returns nil.
 func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) error {
+	if err := in.run(ctx, events); !errors.Is(err, errStoppedBusy) {
+		return err
+	}
+	return nil
+}
+
+func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) error {
 	// Writes run to completion even when ctx ends: a transaction cut off
 	// by cancellation fails and would turn a clean shutdown into an error.
 	// ctx only decides when the loop stops; each write is short.
@@ -178,10 +185,10 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			case ev := <-events:
 				add(&ev)
 			default:
-				return stopped(flush(writeCtx))
+				return flush(writeCtx)
 			}
 		}
-		return stopped(flush(writeCtx))
+		return flush(writeCtx)
 	}
 	for {
 		// Checked first: a select picks among ready cases at random, and
@@ -196,12 +203,12 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 			add(&ev)
 			if in.full(len(batch.Changes), len(events), batchBytes) {
 				if err := flush(writeCtx); err != nil {
-					return stopped(err)
+					return err
 				}
 			}
 		case <-timer.C:
 			if err := flush(writeCtx); err != nil {
-				return stopped(err)
+				return err
 			}
 		case <-idle.C:
 			res, err := in.tick(writeCtx, false, 0, 0)
@@ -218,17 +225,9 @@ func (in *ingester) Run(ctx context.Context, events <-chan jetstream.Event) erro
 }
 
 // errStoppedBusy is a flush given up on at a stop because another process
-// held the write lock: nothing of the batch was written.
+// held the write lock: nothing of the batch was written. run returns it so
+// the loop ends; Run reports a clean stop.
 var errStoppedBusy = errors.New("stopped with the last batch uncommitted")
-
-// stopped is Run's result for err: a batch left to the replay at a stop
-// is a clean stop.
-func stopped(err error) error {
-	if errors.Is(err, errStoppedBusy) {
-		return nil
-	}
-	return err
-}
 
 // queueBytes bounds the record bytes waiting in the consumer's queue,
 // which is bounded in events (jetstream.queue_size, 16,384): with records

@@ -3,7 +3,6 @@ package feeds
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -65,44 +64,22 @@ func (w *txWriter) retireViewer(id int64, feed string) error {
 	// configured (renamed, removed) has its viewers retired too, and their
 	// follows must go with them, as the stream stopped keeping them
 	// (TestRetiringAViewerOfARemovedFeedDropsItsFollows).
-	var targets, follows []int64
-	rows, err := w.tx.QueryContext(w.ctx, `SELECT id, follow_collection_id FROM feed_targets WHERE feed = ?`, feed)
-	if err != nil {
-		return fmt.Errorf("retire viewer: %w", err)
-	}
-	for rows.Next() {
-		var t, f int64
-		if err := rows.Scan(&t, &f); err != nil {
-			rows.Close()
-			return fmt.Errorf("retire viewer: %w", err)
-		}
-		targets = append(targets, t)
-		if !slices.Contains(follows, f) {
-			follows = append(follows, f)
-		}
-	}
-	if err := rows.Close(); err != nil {
-		return fmt.Errorf("retire viewer: %w", err)
-	}
-	for _, t := range targets {
-		if _, err := w.tx.ExecContext(w.ctx, `DELETE FROM feed_items WHERE viewer_id = ? AND target_id = ?`, id, t); err != nil {
+	for _, q := range []string{
+		`DELETE FROM feed_items WHERE viewer_id = ?1 AND target_id IN (SELECT id FROM feed_targets WHERE feed = ?2)`,
+		`DELETE FROM viewers WHERE actor_id = ?1 AND feed = ?2`,
+	} {
+		if _, err := w.tx.ExecContext(w.ctx, q, id, feed); err != nil {
 			return fmt.Errorf("retire viewer: %w", err)
 		}
 	}
-	if _, err := w.tx.ExecContext(w.ctx, `DELETE FROM viewers WHERE actor_id = ? AND feed = ?`, id, feed); err != nil {
-		return fmt.Errorf("retire viewer: %w", err)
-	}
-	// And any other follows of the actor's that no feed it views is built
-	// from (a feed's earlier follow collection): the stream stopped
-	// keeping them too.
-	others, err := scanIDs(w.tx.QueryContext(w.ctx, `SELECT DISTINCT collection_id FROM follows WHERE actor_id = ?`, id))
+	// The follows of the feed's follow collections, and any other of the
+	// actor's that no feed it views is built from (a feed's earlier follow
+	// collection): the stream stopped keeping them too.
+	follows, err := scanIDs(w.tx.QueryContext(w.ctx, `
+		SELECT follow_collection_id FROM feed_targets WHERE feed = ?2
+		UNION SELECT collection_id FROM follows WHERE actor_id = ?1`, id, feed))
 	if err != nil {
 		return fmt.Errorf("retire viewer: %w", err)
-	}
-	for _, c := range others {
-		if !slices.Contains(follows, c) {
-			follows = append(follows, c)
-		}
 	}
 	for _, followColl := range follows {
 		if err := w.dropFollowsUnviewed(id, followColl); err != nil {

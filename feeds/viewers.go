@@ -30,7 +30,8 @@ const LastReadResolution = time.Hour
 // refreshes its last-read time, and returns its first-read state. From
 // here on the viewer is in the fan-out audience of the feed.
 func (s *Store) RegisterViewer(ctx context.Context, viewer syntax.DID, feed string, now time.Time) (ViewerStatus, error) {
-	if _, ok := s.lanesOf(feed); !ok {
+	lanes, ok := s.lanesOf(feed)
+	if !ok {
 		return ViewerStatus{}, ErrUnknownLane
 	}
 	var st ViewerStatus
@@ -39,7 +40,6 @@ func (s *Store) RegisterViewer(ctx context.Context, viewer syntax.DID, feed stri
 		if err != nil {
 			return err
 		}
-		lanes, _ := s.lanesOf(feed)
 		followColl := lanes[0].followCollID
 		viewing := s.indexAll // that mode keeps everyone's follows
 		if !viewing {
