@@ -447,6 +447,48 @@ func TestCursorResetWhileRunning(t *testing.T) {
 	td.waitCursor(t, t0+61_000_000)
 }
 
+// TestCursorResetOnASilentStream: a reset made while no event arrives is
+// adopted at an idle tick, not at the next batch: the cursor the daemon
+// reports (/status, the lag gauge) is the reset's, and the consumer
+// reconnects from it without waiting for an event.
+func TestCursorResetOnASilentStream(t *testing.T) {
+	js := jetstreamtest.NewServer()
+	defer js.Close()
+	cfg := testConfig(t, js, t.TempDir()+"/appview.db")
+	cfg.Sweep.IdleInterval = 20 * time.Millisecond
+	td := startDaemon(t, js, cfg)
+	js.Append(jetstreamtest.Post(user("carol"), "p1", t0+60_000_000, "one"))
+	td.waitCursor(t, t0+60_000_000)
+
+	tool, err := OpenStore(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resetTo := time.UnixMicro(t0 + 10_000_000)
+	before := len(js.Queries())
+	if _, err := tool.ResetJetstream(context.Background(), resetTo, "ops", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	tool.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(js.Queries()) == before {
+		if time.Now().After(deadline) {
+			t.Fatal("daemon did not reconnect after a reset on a silent stream")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := td.Store().Cursor().TimeUS; got != resetTo.UnixMicro() {
+		t.Errorf("cursor = %d, want the reset position %d", got, resetTo.UnixMicro())
+	}
+	q := js.Queries()[len(js.Queries())-1]
+	if want := fmt.Sprint(resetTo.UnixMicro() - cfg.Jetstream.Rewind.Microseconds()); q.Get("cursor") != want {
+		t.Errorf("reconnected with cursor %s, want the reset position minus the rewind %s", q.Get("cursor"), want)
+	}
+	// The stream goes on from there under the reset's generation.
+	js.Append(jetstreamtest.Post(user("carol"), "p2", t0+61_000_000, "two"))
+	td.waitCursor(t, t0+61_000_000)
+}
+
 // TestStaleCursorIsRecordedAsAGap: a database whose cursor is older than
 // Jetstream's retention window records a gap at connect and marks its
 // viewers for a rebuild at their next read.

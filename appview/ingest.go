@@ -67,6 +67,30 @@ func (in *ingester) tick(ctx context.Context, mutated bool, events int, rows int
 	return res, nil
 }
 
+// followReset adopts an operator's cursor reset on an idle stream, which
+// commits no batch to meet it (feeds.Store.FollowCursorReset), and
+// reconnects from the reset position. It runs only with no batch open:
+// events of an open batch came before the reset, and adopting under them
+// would let their commit write the old position over the reset. A write
+// lock held by another process skips it; the next idle tick tries again.
+func (in *ingester) followReset(ctx context.Context) error {
+	if in.restart == nil {
+		return nil
+	}
+	reset, err := in.store.FollowCursorReset(ctx)
+	if errors.Is(err, feeds.ErrWriteBusy) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("follow a cursor reset: %w", err)
+	}
+	if reset {
+		in.minSession = in.restart()
+		in.log.Warn("stream cursor was reset: reconnecting from it", "time_us", in.store.Cursor().TimeUS)
+	}
+	return nil
+}
+
 // busyAttemptsAtShutdown bounds how long a shutdown's last batch waits
 // for a write lock another process holds: each attempt waits the busy
 // timeout (5 s).
@@ -211,6 +235,11 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 				return err
 			}
 		case <-idle.C:
+			if !pending {
+				if err := in.followReset(writeCtx); err != nil {
+					return err
+				}
+			}
 			res, err := in.tick(writeCtx, false, 0, 0)
 			if err != nil {
 				return err

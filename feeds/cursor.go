@@ -91,3 +91,41 @@ func (s *Store) adoptCursor(c StreamCursor, gen int64) {
 	s.cursor = c
 	s.generation = gen
 }
+
+// FollowCursorReset adopts an operator's reset of the stream cursor that
+// no commit of this daemon has met yet. ApplyBatch adopts a reset at the
+// first batch after it, but a silent stream commits none: until an event
+// came, /status and the cursor lag showed the position the reset
+// replaced, and the consumer stayed connected past it. The daemon calls
+// this on its idle ticks, with no batch open. It reports whether a reset
+// was adopted; the caller then reconnects from the new position. Another
+// process's commit is found with one read of the cursor row; only a
+// generation that moved costs a write transaction, which notices the gap
+// the reset may have recorded as a commit's adoption does.
+func (s *Store) FollowCursorReset(ctx context.Context) (bool, error) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if _, gen, err := readCursor(ctx, s.writer); err != nil || gen == s.generation {
+		return false, err
+	}
+	w, err := s.begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer w.tx.Rollback()
+	stored, gen, err := readCursor(w.ctx, w.tx)
+	if err != nil || gen == s.generation {
+		return false, err
+	}
+	if err := w.newGapSince(); err != nil {
+		return false, err
+	}
+	if err := w.commit(); err != nil {
+		return false, fmt.Errorf("commit: %w", err)
+	}
+	s.adoptCursor(stored, gen)
+	s.metrics.casMismatch(cursorKindJetstream)
+	s.metrics.observeCursor(stored.TimeUS)
+	s.log.Warn("cursor_reset_adopted", "time_us", stored.TimeUS, "generation", gen, "idle", true)
+	return true, nil
+}
