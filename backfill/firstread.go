@@ -268,6 +268,20 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 			s.log.Info("first read lost its claim", "viewer", key.viewer, "feed", key.feed)
 			return 0, err
 		}
+		if errors.Is(err, feeds.ErrFeedsDiffer) {
+			// An operator command's store: the daemon restarted with other
+			// feeds while it ran, and the write was refused. Nothing about
+			// the viewer failed, so no attempt is counted (six would give
+			// it up); the claim is given back, and the viewer's next read,
+			// under the daemon's feeds, runs again at once.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if rerr := s.store.ReleaseFirstRead(rctx, key.viewer, key.feed, s.owner); rerr != nil {
+				s.log.Warn("release first-read claim", "err", rerr)
+			}
+			s.metrics.firstRead("feeds_changed", took)
+			return 0, err
+		}
 		// A run cut off by its time bound still records its failure.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

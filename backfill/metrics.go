@@ -32,7 +32,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		firstReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "first_read", Name: "runs_total",
-			Help: "First-read runs by outcome: complete, failed, timed_out, deferred (what it needs is not due yet), claimed_elsewhere, claim_lost (a gap released its claim: run again at the next read).",
+			Help: "First-read runs by outcome: complete, failed, timed_out, deferred (what it needs is not due yet), claimed_elsewhere, claim_lost (a gap released its claim: run again at the next read), feeds_changed (an operator command's run refused: the daemon's feeds changed while it ran).",
 		}, []string{"outcome"}),
 		firstReadTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: "first_read", Name: "duration_seconds",
