@@ -25,7 +25,8 @@ type HydrationConfig struct {
 	// is dropped (and asked for again by a later read).
 	QueueSize int `yaml:"queue_size"`
 	// Concurrency accounts are fetched at once, at most PerHost of them
-	// from one PDS host.
+	// from one PDS host; a request running over 1 s is stood in for, up
+	// to Concurrency of them (profiles.Config).
 	Concurrency int `yaml:"concurrency"`
 	PerHost     int `yaml:"per_host"`
 	// RetryAfter: an account whose fetch failed is not fetched again

@@ -6,7 +6,8 @@ package profiles
 // (Service.hostFetches, Service.parked).
 
 // maxParkedPerSlot bounds the jobs parked behind one PDS host, per
-// request slot of the host.
+// request slot of the host; Config.QueueSize bounds the jobs parked
+// behind all hosts together.
 const maxParkedPerSlot = 8
 
 // takeHost takes one of host's PerHost request slots for j, the one
@@ -26,10 +27,11 @@ func (s *Service) takeHost(host string, j *job) (o outcome, woken []*job) {
 		j.slot = ""
 	}
 	if s.hostFetches[host] >= s.cfg.PerHost {
-		if len(s.parked[host]) >= maxParkedPerSlot*s.cfg.PerHost {
+		if len(s.parked[host]) >= maxParkedPerSlot*s.cfg.PerHost || s.parkedJobs >= s.cfg.QueueSize {
 			return outcomeQueueFull, woken
 		}
 		s.parked[host] = append(s.parked[host], j)
+		s.parkedJobs++
 		return outcomeParked, woken
 	}
 	s.hostFetches[host]++
@@ -62,6 +64,7 @@ func (s *Service) handOnLocked(host string) []*job {
 	if q := s.parked[host]; len(q) > 0 {
 		j := q[0]
 		q[0] = nil
+		s.parkedJobs--
 		if len(q) == 1 {
 			delete(s.parked, host)
 		} else {

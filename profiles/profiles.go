@@ -45,10 +45,13 @@ type Resolver interface {
 type Config struct {
 	// Wait bounds how long a read waits for missing profiles (250ms).
 	Wait time.Duration
-	// QueueSize bounds the accounts waiting to be fetched (1024).
+	// QueueSize bounds the accounts waiting to be fetched (1024), and
+	// apart from them the accounts parked behind busy PDS hosts.
 	QueueSize int
 	// Concurrency accounts are fetched at once (4), at most PerHost of them
-	// from one PDS host (2).
+	// from one PDS host (2). A request running past slowRequest does not
+	// count (up to Concurrency such requests): its worker is stood in
+	// for.
 	Concurrency, PerHost int
 	// FetchTimeout bounds one account's resolution and fetch (10s).
 	FetchTimeout time.Duration
@@ -117,12 +120,34 @@ type Service struct {
 	// A woken job that does not use the slot (its DID no longer resolves,
 	// or names another host) hands it on
 	// (TestJobsParkedBehindAJobThatLeftItsHostStillRun). Parked jobs stay
-	// pending, and count against the queue's bound; a host has at most
-	// maxParkedPerSlot×PerHost of them, past which a job is dropped as if
-	// the queue were full, so a dead PDS with many accounts on pages
-	// cannot fill the queue's bound either.
+	// pending; a host has at most maxParkedPerSlot×PerHost of them, and
+	// all hosts together QueueSize (parkedJobs), past which a job is
+	// dropped as if the queue were full. That bound is apart from the
+	// queue's: parked jobs counted against the queue, and with a small
+	// queue a few parked behind a hanging PDS dropped every other
+	// account's fetch (TestAHangingPDSDoesNotFillASmallQueue).
 	hostFetches map[string]int
 	parked      map[string][]*job
+	parkedJobs  int
+	// stoodDown counts the workers stood in for while their request
+	// runs past slowRequest, at most Concurrency (see getRecord).
+	stoodDown int
+}
+
+// slowRequest is how long a profile request runs before its worker is
+// stood in for by another: a hanging PDS holds its PerHost slots, and
+// the workers in them finish its parked jobs, but the other workers
+// keep fetching for healthy hosts
+// (TestTwoHangingPDSesDoNotHoldTheFetcher).
+const slowRequest = time.Second
+
+// worker is one of Run's goroutines.
+type worker struct {
+	// start starts another worker.
+	start func()
+	// stoodDown: another worker took this one's place while its request
+	// ran long; it ends when the job it runs and those it woke are over.
+	stoodDown bool
 }
 
 // job is one account being fetched; done closes when it is over, however
@@ -246,12 +271,6 @@ func (s *Service) enqueue(p feeds.Profile) *job {
 		}
 		delete(s.failed, p.DID)
 	}
-	if len(s.pending) >= s.cfg.QueueSize+s.cfg.Concurrency {
-		// Queued, running and parked jobs together: parked jobs left
-		// the queue, which would otherwise take more without bound.
-		s.metrics.fetched(outcomeQueueFull)
-		return nil
-	}
 	j := &job{did: p.DID, record: !p.Known, done: make(chan struct{})}
 	select {
 	case s.queue <- j:
@@ -289,34 +308,82 @@ func (s *Service) finish(j *job, failed bool) {
 // returned: the daemon's own state is broken.
 func (s *Service) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
+	var start func()
+	start = func() {
+		g.Go(func() error { return s.work(gctx, &worker{start: start}) })
+	}
 	for range s.cfg.Concurrency {
-		g.Go(func() error {
-			for {
-				select {
-				case <-gctx.Done():
-					return nil
-				case j := <-s.queue:
-					if err := s.process(gctx, j); err != nil {
-						return err
-					}
-				case j := <-s.handoff:
-					if err := s.process(gctx, j); err != nil {
-						return err
-					}
-				}
-			}
-		})
+		start()
 	}
 	return g.Wait()
 }
 
+// work runs jobs until ctx ends, or until w was stood in for.
+func (s *Service) work(ctx context.Context, w *worker) error {
+	for {
+		var j *job
+		select {
+		case <-ctx.Done():
+			return nil
+		case j = <-s.queue:
+		case j = <-s.handoff:
+		}
+		if err := s.process(ctx, w, j); err != nil {
+			return err
+		}
+		if w.stoodDown {
+			s.mu.Lock()
+			s.stoodDown--
+			s.mu.Unlock()
+			return nil
+		}
+	}
+}
+
+// getRecord reads j's profile record from its PDS. A request running
+// past slowRequest gets w stood in for by a new worker, unless
+// Concurrency workers already are: w then runs this job and those it
+// wakes, and ends.
+func (s *Service) getRecord(ctx context.Context, w *worker, pdsURL string, did syntax.DID) (pds.Record, error) {
+	if w.stoodDown {
+		return s.pds.GetRecord(ctx, pdsURL, did, feeds.ProfileCollection, feeds.ProfileRKey)
+	}
+	type result struct {
+		rec pds.Record
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rec, err := s.pds.GetRecord(ctx, pdsURL, did, feeds.ProfileCollection, feeds.ProfileRKey)
+		done <- result{rec, err}
+	}()
+	t := time.NewTimer(slowRequest)
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r.rec, r.err
+	case <-t.C:
+	}
+	s.mu.Lock()
+	if s.stoodDown < s.cfg.Concurrency {
+		s.stoodDown++
+		w.stoodDown = true
+	}
+	s.mu.Unlock()
+	if w.stoodDown {
+		w.start()
+	}
+	r := <-done
+	return r.rec, r.err
+}
+
 // process fetches one account and stores what it learned, then the jobs
 // it woke from parked, one after another.
-func (s *Service) process(ctx context.Context, j *job) error {
+func (s *Service) process(ctx context.Context, w *worker, j *job) error {
 	todo := []*job{j}
 	for len(todo) > 0 && ctx.Err() == nil {
 		j, todo = todo[0], todo[1:]
-		woken, err := s.processOne(ctx, j)
+		woken, err := s.processOne(ctx, w, j)
 		if err != nil {
 			return err
 		}
@@ -328,10 +395,10 @@ func (s *Service) process(ctx context.Context, j *job) error {
 // processOne fetches one account and stores what it learned; a job whose
 // PDS host has no slot free is parked instead. woken are the parked jobs
 // given a slot it let go, for the caller to run.
-func (s *Service) processOne(ctx context.Context, j *job) (woken []*job, err error) {
+func (s *Service) processOne(ctx context.Context, w *worker, j *job) (woken []*job, err error) {
 	fctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
 	defer cancel()
-	fp, outcome := s.fetch(fctx, j, &woken)
+	fp, outcome := s.fetch(fctx, w, j, &woken)
 	if outcome == outcomeParked {
 		return woken, nil
 	}
@@ -392,7 +459,7 @@ func (s *Service) offer(jobs []*job) (left []*job) {
 // when the record is missing, reads it from the PDS; outcomeParked when
 // the PDS host has no slot free. Jobs woken from parked by the slots it
 // let go are added to woken.
-func (s *Service) fetch(ctx context.Context, j *job, woken *[]*job) (feeds.FetchedProfile, outcome) {
+func (s *Service) fetch(ctx context.Context, w *worker, j *job, woken *[]*job) (feeds.FetchedProfile, outcome) {
 	fp := feeds.FetchedProfile{DID: j.did, At: s.cfg.Now(), IdentitySeq: s.store.IdentitySeq()}
 	ident, err := s.resolver.LookupDIDWithHandle(ctx, j.did)
 	if err != nil {
@@ -413,16 +480,16 @@ func (s *Service) fetch(ctx context.Context, j *job, woken *[]*job) (feeds.Fetch
 	if err != nil {
 		return fp, outcomeIdentityError
 	}
-	o, w := s.takeHost(u.Host, j)
+	o, handed := s.takeHost(u.Host, j)
 	// A slot j was woken for and handed on as it moved hosts: its job
 	// would wait here for j's request, which may hang, holding the slot;
 	// an idle worker runs it now if there is one
 	// (TestASlotHandedOnByAMovedJobIsNotHeldBehindItsRequest).
-	*woken = append(*woken, s.offer(w)...)
+	*woken = append(*woken, s.offer(handed)...)
 	if o != "" {
 		return fp, o
 	}
-	rec, err := s.pds.GetRecord(ctx, ident.PDS, j.did, feeds.ProfileCollection, feeds.ProfileRKey)
+	rec, err := s.getRecord(ctx, w, ident.PDS, j.did)
 	*woken = append(*woken, s.releaseHost(u.Host)...)
 	switch pds.KindOf(err) {
 	case 0:

@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -663,4 +664,85 @@ func moreThanParkFor(perHost int) []string {
 		names = append(names, fmt.Sprintf("slow%d", i))
 	}
 	return names
+}
+
+// hangingPage is a page of n accounts on a new hanging PDS, whose
+// requests are counted in asked.
+func hangingPage(t *testing.T, w *world, prefix string, n int, asked *atomic.Int32) []string {
+	t.Helper()
+	hanging := hangingPDS(t, func(*http.Request) { asked.Add(1) })
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("%s%d", prefix, i)
+		w.plc.Add(did(name), syntax.Handle(name+".test"), hanging.URL)
+		names = append(names, name)
+	}
+	return names
+}
+
+// waitAsked waits until asked reaches want.
+func waitAsked(t *testing.T, asked *atomic.Int32, want int32) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for asked.Load() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests reached the hanging PDS, want %d", asked.Load(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Two hanging PDSes at the defaults (4 workers, 2 a host) had every
+// worker in their requests, and each worker whose request timed out ran
+// the next job parked there: a healthy PDS's accounts waited until the
+// hanging hosts' parked jobs drained (about 80 s at a 10 s fetch
+// timeout). A worker whose request runs past slowRequest is stood in for
+// by another, so the hanging hosts hold their slots but not the fetcher.
+func TestTwoHangingPDSesDoNotHoldTheFetcher(t *testing.T) {
+	const timeout = 6 * time.Second
+	w := newWorld(t, Config{Wait: 10 * time.Millisecond, Concurrency: 4, PerHost: 2, FetchTimeout: timeout}, "carol")
+	w.profileRecord("carol", "Carol")
+	var askedA, askedB atomic.Int32
+	pageA := hangingPage(t, w, "a", 6, &askedA)
+	pageB := hangingPage(t, w, "b", 6, &askedB)
+	w.hydrate(t, pageA...)
+	w.hydrate(t, pageB...)
+	waitAsked(t, &askedA, 2)
+	waitAsked(t, &askedB, 2)
+	start := time.Now()
+	w.svc.cfg.Wait = timeout / 2
+	ps, took := w.hydrate(t, "carol")
+	if !ps[0].Present || ps[0].Fields.DisplayName != "Carol" {
+		t.Fatalf("carol, on a healthy PDS, not fetched within %v while two PDSes hang: %+v", took, ps[0])
+	}
+	if took := time.Since(start); took > slowRequest+time.Second {
+		t.Errorf("carol fetched after %v, want about %v", took, slowRequest)
+	}
+	// Each hanging host still has at most its 2 slots asked.
+	if a, b := askedA.Load(), askedB.Load(); a > 2 || b > 2 {
+		t.Errorf("hanging hosts asked %d and %d times before their first timeout, want 2 each", a, b)
+	}
+}
+
+// With a queue_size of 1, jobs parked behind one hanging PDS counted
+// against the pending bound (queue size plus workers), so a few of them
+// dropped every other account's fetch as if the queue were full. Parked
+// jobs have their own bound now, apart from the queue's.
+func TestAHangingPDSDoesNotFillASmallQueue(t *testing.T) {
+	w := newWorld(t, Config{Wait: 10 * time.Millisecond, QueueSize: 1, Concurrency: 4, PerHost: 2, FetchTimeout: 6 * time.Second}, "carol")
+	w.profileRecord("carol", "Carol")
+	var asked atomic.Int32
+	page := hangingPage(t, w, "slow", 8, &asked)
+	w.hydrate(t, page...)
+	waitAsked(t, &asked, 2)
+	for range 5 { // the queue holds one at a time: park what it can
+		w.hydrate(t, page...)
+		time.Sleep(20 * time.Millisecond)
+	}
+	w.svc.cfg.Wait = 2 * time.Second
+	ps, took := w.hydrate(t, "carol")
+	if !ps[0].Present {
+		t.Fatalf("carol, on a healthy PDS, not fetched within %v (%v dropped as queue_full)", took,
+			testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("queue_full")))
+	}
 }
