@@ -28,7 +28,9 @@ const (
 	// before the HTTP server's write timeout (15 s).
 	notifyFetchTimeout = 9 * time.Second
 	notifyApplyTimeout = 4 * time.Second
-	// notifyConcurrency bounds the records of one call fetched at once.
+	// notifyConcurrency bounds the records of one call fetched at once;
+	// a record waiting for its PDS host's request slot (notifyPerHost)
+	// holds none of them.
 	notifyConcurrency = 8
 	// notifyGlobal and notifyPerHost bound the getRecord requests of all
 	// calls together, overall and to one PDS host: calls arrive in
@@ -122,9 +124,7 @@ func (n *notifier) NotifyOfUpdate(ctx context.Context, uris []syntax.ATURI) (xrp
 		wg.Add(1)
 		go func(it *notifyItem) {
 			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			if err := n.fetch(fctx, it); err != nil {
+			if err := n.fetch(fctx, it, sem); err != nil {
 				mu.Lock()
 				fatal = errors.Join(fatal, err)
 				mu.Unlock()
@@ -195,9 +195,10 @@ func (n *notifier) NotifyOfUpdate(ctx context.Context, uris []syntax.ATURI) (xrp
 	return out, nil
 }
 
-// fetch fills it.rec, or it.err for a per-URI failure. An error return is
-// the daemon's own failure (the database read).
-func (n *notifier) fetch(ctx context.Context, it *notifyItem) error {
+// fetch fills it.rec, or it.err for a per-URI failure, holding one of
+// the call's slots (sem) but while it waits for its PDS host's. An error
+// return is the daemon's own failure (the database read).
+func (n *notifier) fetch(ctx context.Context, it *notifyItem, sem chan struct{}) error {
 	fail := func(name, msg string) error {
 		it.err = &xrpc.NotifyError{URI: it.uri.String(), Error: name, Message: msg}
 		switch name {
@@ -216,6 +217,15 @@ func (n *notifier) fetch(ctx context.Context, it *notifyItem) error {
 	if coll == "" || rkey == "" || it.uri.String() != "at://"+did.String()+"/"+coll.String()+"/"+rkey.String() {
 		return fail(xrpc.NotifyErrInvalidURI, "not a record URI: at://<did>/<collection>/<rkey>")
 	}
+	if !takeSlot(ctx, sem) {
+		return fail(xrpc.NotifyErrUpstreamFailure, "timed out")
+	}
+	held := true
+	defer func() {
+		if held {
+			<-sem
+		}
+	}()
 	key := feeds.RecordKey{DID: did, Collection: coll, RKey: rkey}
 	before, err := n.store.LookupRecord(ctx, key, n.now())
 	switch {
@@ -241,7 +251,20 @@ func (n *notifier) fetch(ctx context.Context, it *notifyItem) error {
 	if err != nil {
 		return fail(xrpc.NotifyErrAccountNotFound, "the PDS endpoint is not a URL")
 	}
+	// The call's slot is let go while the record waits for its host's:
+	// records on a hanging PDS held them all as they waited, and the
+	// call's records on healthy PDSes waited for one until the call's
+	// fetch time ran out
+	// (TestNotifyRecordsOnAHealthyPDSAreNotHeldBehindAHangingOne).
+	<-sem
+	held = false
 	release, err := n.limits.Acquire(ctx, host.Host)
+	if err == nil {
+		if held = takeSlot(ctx, sem); !held {
+			release()
+			err = ctx.Err()
+		}
+	}
 	if err != nil {
 		return fail(xrpc.NotifyErrUpstreamFailure, "timed out waiting for a request slot to "+host.Host)
 	}
@@ -277,6 +300,16 @@ func (n *notifier) fetch(ctx context.Context, it *notifyItem) error {
 		}
 	}
 	return nil
+}
+
+// takeSlot takes one of sem's slots, false if ctx ends first.
+func takeSlot(ctx context.Context, sem chan struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func notInScope(u syntax.ATURI, coll syntax.NSID) *xrpc.NotifyError {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -122,5 +123,87 @@ func TestNotifyLogsABadUpstreamRecord(t *testing.T) {
 	if line := logs.String(); !strings.Contains(line, "notified record not indexed") || !strings.Contains(line, uri) ||
 		strings.Count(line, "\n") != 1 {
 		t.Errorf("log = %q, want one line naming the record", line)
+	}
+}
+
+// hostResolver names the PDS of each DID starting with a prefix.
+type hostResolver map[string]string
+
+func (r hostResolver) LookupDID(_ context.Context, did syntax.DID) (*directory.Identity, error) {
+	for prefix, pdsURL := range r {
+		if strings.HasPrefix(did.String(), prefix) {
+			return &directory.Identity{DID: did, PDS: pdsURL}, nil
+		}
+	}
+	return nil, directory.ErrNotFound
+}
+
+// A call's records on a hanging PDS took the call's fetch slots
+// (notifyConcurrency) as they waited for that host's request slots
+// (notifyPerHost), so the call's records on healthy PDSes waited for
+// a fetch slot until the call's fetch time ran out. A record waits for
+// its host's slot without holding one of the call's.
+func TestNotifyRecordsOnAHealthyPDSAreNotHeldBehindAHangingOne(t *testing.T) {
+	release := make(chan struct{})
+	hanging := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(hanging.Close)
+	t.Cleanup(func() { close(release) })
+	var healthyAsked atomic.Int32
+	healthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		healthyAsked.Add(1)
+		q := r.URL.Query()
+		uri := fmt.Sprintf("at://%s/%s/%s", q.Get("repo"), q.Get("collection"), q.Get("rkey"))
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"uri":%q,"cid":%q,"value":{"$type":"app.bsky.feed.post","text":"x","createdAt":"2026-01-01T00:00:00Z"}}`,
+			uri, pdstest.FakeCID([]byte(uri)))
+	}))
+	t.Cleanup(healthy.Close)
+
+	n := newTestNotifier(t, healthy.URL, slog.New(slog.DiscardHandler))
+	n.resolver = hostResolver{"did:plc:hang": hanging.URL, "did:plc:ok": healthy.URL}
+	// 25 URIs (the most a call takes): more on the hanging PDS than the
+	// call's fetch slots, then 8 on the healthy one.
+	var uris []syntax.ATURI
+	for i := range 17 {
+		uris = append(uris, syntax.ATURI(fmt.Sprintf("at://did:plc:hang%d/%s/3kaaaaaaaaa%02d", i, postNSID, i)))
+	}
+	var want []string
+	for i := range notifyConcurrency {
+		u := fmt.Sprintf("at://did:plc:ok%d/%s/3kaaaaaaaaa%02d", i, postNSID, i)
+		uris, want = append(uris, syntax.ATURI(u)), append(want, u)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type answer struct {
+		res xrpc.NotifyResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := n.NotifyOfUpdate(ctx, uris)
+		done <- answer{res, err}
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	for healthyAsked.Load() < notifyConcurrency && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := healthyAsked.Load(); got < notifyConcurrency {
+		t.Errorf("the healthy PDS was asked for %d of its %d records within 2 s while another PDS of the call hung", got, notifyConcurrency)
+	}
+	cancel() // the hanging PDS's records fail; what was fetched is written
+	a := <-done
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if !slices.Equal(a.res.Indexed, want) {
+		t.Errorf("indexed %v, want the healthy PDS's %v", a.res.Indexed, want)
+	}
+	if len(a.res.Errors) != 17 {
+		t.Errorf("%d errors, want the hanging PDS's 17", len(a.res.Errors))
 	}
 }
