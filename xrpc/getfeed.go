@@ -160,6 +160,17 @@ func actorLookupTimeout(write time.Duration) time.Duration {
 	return min(maxActorLookup, write/3)
 }
 
+// firstReadDeadline is how long after its start a getFeed stops waiting
+// for a viewer's first read and serves what the feed holds: three
+// quarters of the write timeout, which runs from the end of the request
+// headers, so the page read, the profiles' wait (at most 2 s) and writing
+// the response still fit. backfill.first_read_wait has no bound of its
+// own, and a handle lookup comes before it; past the write timeout the
+// client would get a dropped connection instead of the page.
+func firstReadDeadline(write time.Duration) time.Duration {
+	return write * 3 / 4
+}
+
 // resolveActor turns a handle actor into its DID, waiting at most
 // s.actorTimeout; actorError says what a failure means to the client.
 func (s *Server) resolveActor(c echo.Context, p *feedParams) *Error {
@@ -230,6 +241,7 @@ type feedResponse struct {
 
 // getFeed serves GET /xrpc/<ns>.getFeed.
 func (s *Server) getFeed(c echo.Context) error {
+	start := time.Now()
 	p, xe := s.parseFeedParams(c.Request().URL.RawQuery)
 	if xe != nil {
 		return xe
@@ -239,9 +251,14 @@ func (s *Server) getFeed(c echo.Context) error {
 	}
 	if s.viewers != nil {
 		// The first read of a viewer backfills its feed, waiting a bounded
-		// time; later reads return at once.
-		if err := s.viewers.Ensure(c.Request().Context(), p.Scope.Actor, p.Scope.Feed, c.RealIP()); err != nil {
-			return s.firstReadError(c, err)
+		// time, and no longer than the response can still be written;
+		// later reads return at once.
+		ctx, cancel := context.WithDeadline(c.Request().Context(), start.Add(s.firstReadBudget))
+		err := s.viewers.Ensure(ctx, p.Scope.Actor, p.Scope.Feed, c.RealIP())
+		outOfTime := errors.Is(ctx.Err(), context.DeadlineExceeded)
+		cancel()
+		if err != nil {
+			return s.firstReadError(c, err, outOfTime)
 		}
 	}
 	page, err := s.reader.ReadFeed(c.Request().Context(), feeds.PageQuery{
@@ -297,9 +314,11 @@ func (s *Server) getFeed(c echo.Context) error {
 // firstReadError answers a first read refused for load with 429 (this
 // client asks for too many new viewers) or 503 (the daemon is saturated),
 // both with Retry-After, and one refused because the daemon is stopping,
-// or whose write found the write lock held by another process, with 503;
-// anything else is our own failure.
-func (s *Server) firstReadError(c echo.Context, err error) error {
+// or whose write found the write lock held by another process, or that
+// failed once getFeed's wait for it ran out (outOfTime: its registration
+// waited for the writer behind a long batch), with 503; anything else is
+// our own failure.
+func (s *Server) firstReadError(c echo.Context, err error, outOfTime bool) error {
 	if errors.Is(err, backfill.ErrStopping) {
 		c.Response().Header().Set("Retry-After", "5")
 		return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: "the server is stopping; retry later"}
@@ -315,6 +334,11 @@ func (s *Server) firstReadError(c echo.Context, err error) error {
 	}
 	var rej *backfill.RejectedError
 	if !errors.As(err, &rej) {
+		if outOfTime && c.Request().Context().Err() == nil {
+			s.logger.Warn("first read: not registered within the request's time", "err", err)
+			c.Response().Header().Set("Retry-After", "1")
+			return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: "the database is busy; retry later"}
+		}
 		return s.failed(c, "first read", err)
 	}
 	c.Response().Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(rej.RetryAfter.Seconds()))))

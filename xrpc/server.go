@@ -38,7 +38,9 @@ type ActorResolver interface {
 }
 
 // ViewerGate runs a viewer's first read (registration and backfill)
-// before its feed is read; it returns at once for known viewers.
+// before its feed is read; it returns at once for known viewers, and
+// stops waiting for a first read when ctx ends (getFeed's ctx ends before
+// the write timeout), the feed then served as it is.
 // client names the caller (its address) for per-client limits; a first
 // read refused for load is a *backfill.RejectedError, answered with 429 or
 // 503 and Retry-After.
@@ -179,6 +181,9 @@ type Server struct {
 	scanLimit int
 	// actorTimeout bounds a handle actor's resolution (actorLookupTimeout).
 	actorTimeout time.Duration
+	// firstReadBudget bounds, from the start of a getFeed, its wait for a
+	// viewer's first read (firstReadDeadline).
+	firstReadBudget time.Duration
 	// inflight counts the handlers running (track), for Shutdown.
 	inflight sync.WaitGroup
 
@@ -224,7 +229,8 @@ func NewServer(cfg Config) *Server {
 		scanLimit:   cfg.FilterScanLimit,
 		// Derived from the write timeout so that a test shortening it
 		// shortens the lookup too.
-		actorTimeout: actorLookupTimeout(timeouts.Write),
+		actorTimeout:    actorLookupTimeout(timeouts.Write),
+		firstReadBudget: firstReadDeadline(timeouts.Write),
 	}
 	for _, f := range cfg.Feeds {
 		s.feeds[f.Name] = f
