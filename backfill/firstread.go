@@ -129,6 +129,12 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 	case <-timer.C:
 		s.metrics.firstReadWaitedOut()
 	case <-ctx.Done():
+		// A deadline is the caller's own bound on the wait (getFeed's,
+		// before its write timeout): waited out as much as the timer's.
+		// A cancellation is the client gone.
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			s.metrics.firstReadWaitedOut()
+		}
 	}
 	return nil
 }
