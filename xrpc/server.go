@@ -246,7 +246,10 @@ func NewServer(cfg Config) *Server {
 	// Metrics outermost so that recovered panics are counted as 500s.
 	e.Use(s.track, s.measure, s.recoverPanics)
 	e.Any("/xrpc/*", s.dispatch)
+	// Probes may use HEAD (some load balancers do): the health and
+	// readiness answers' statuses, without their bodies.
 	e.GET(readyPath, readyHandler(cfg.Ready))
+	e.HEAD(readyPath, readyHandler(cfg.Ready))
 	e.GET(lexiconRoute, lexiconHandler(cfg.Namespace))
 	if cfg.Status != nil {
 		e.GET(statusPath, statusHandler(cfg.Status))
@@ -395,7 +398,8 @@ func (s *Server) routeOf(path string) route {
 func (s *Server) dispatch(c echo.Context) error {
 	r := c.Request()
 	var h echo.HandlerFunc
-	switch s.routeOf(r.URL.Path) {
+	rt := s.routeOf(r.URL.Path)
+	switch rt {
 	case routeGetFeed:
 		h = s.getFeed
 	case routeHealth:
@@ -410,8 +414,15 @@ func (s *Server) dispatch(c echo.Context) error {
 			Message: "method not implemented: " + methodName(r.URL.Path),
 		}
 	}
+	if r.Method == http.MethodHead && rt == routeHealth {
+		return h(c) // a probe: net/http sends the status, not the body
+	}
 	if r.Method != http.MethodGet {
-		c.Response().Header().Set(echo.HeaderAllow, http.MethodGet)
+		allow := http.MethodGet
+		if rt == routeHealth {
+			allow = "GET, HEAD"
+		}
+		c.Response().Header().Set(echo.HeaderAllow, allow)
 		return &Error{
 			Status:  http.StatusMethodNotAllowed,
 			Name:    "MethodNotAllowed",

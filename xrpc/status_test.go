@@ -50,3 +50,38 @@ func TestReadyzWithoutHook(t *testing.T) {
 		t.Fatalf("GET /readyz without a hook: %d %s", res.Status, res.Body)
 	}
 }
+
+// TestProbesAnswerHEAD: a load balancer probing with HEAD gets the
+// status a GET would, for liveness and readiness alike; getFeed is a
+// query and takes GET only.
+func TestProbesAnswerHEAD(t *testing.T) {
+	var ready atomic.Bool
+	cfg := testConfig(newFakeReader())
+	cfg.Ready = func(context.Context) error {
+		if !ready.Load() {
+			return errors.New("jetstream: not connected yet")
+		}
+		return nil
+	}
+	base := serve(t, cfg)
+	for _, c := range []struct {
+		path  string
+		ready bool
+		want  int
+	}{
+		{"/xrpc/_health", false, http.StatusOK},
+		{"/readyz", false, http.StatusServiceUnavailable},
+		{"/readyz", true, http.StatusOK},
+		{getFeedURL + "?feed=following&actor=" + string(alice), true, http.StatusMethodNotAllowed},
+	} {
+		ready.Store(c.ready)
+		res := do(t, http.MethodHead, base+c.path)
+		if res.Status != c.want || len(res.Body) != 0 {
+			t.Errorf("HEAD %s (ready %v) = %d with %d body bytes, want %d and none", c.path, c.ready, res.Status, len(res.Body), c.want)
+		}
+	}
+	res := do(t, http.MethodPost, base+"/xrpc/_health")
+	if got := res.Header.Get("Allow"); got != "GET, HEAD" {
+		t.Errorf("POST /xrpc/_health: Allow %q, want GET, HEAD", got)
+	}
+}
