@@ -195,6 +195,13 @@ func (w *txWriter) deleteAccountRecords(actorID int64) error {
 // An author still inactive keeps out of feeds: a listing that finished
 // meanwhile (MergeAuthor) must not bring it back.
 func (w *txWriter) remergeAuthor(authorID int64) error {
+	return w.mergeAuthor(authorID, false)
+}
+
+// mergeAuthor is remergeAuthor; with completeOnly, outside index_all mode,
+// only into the feeds of followers whose first read is complete: a first
+// read still to come builds the feed from what is stored.
+func (w *txWriter) mergeAuthor(authorID int64, completeOnly bool) error {
 	var active bool
 	if _, err := w.queryRow(w.s.stmts.actorActive, []any{authorID}, &active); err != nil {
 		return fmt.Errorf("read account status: %w", err)
@@ -215,7 +222,11 @@ func (w *txWriter) remergeAuthor(authorID int64) error {
 			WHERE f.subject_id = ?1 AND f.collection_id = ?4 AND f.actor_id <> ?1`
 		args := []any{authorID, l.id, l.collectionID, l.followCollID, l.mergeLimit}
 		if !w.s.indexAll {
-			q += ` AND EXISTS (SELECT 1 FROM viewers v WHERE v.actor_id = f.actor_id AND v.feed = ?6)`
+			if completeOnly {
+				q += ` AND EXISTS (SELECT 1 FROM viewers v WHERE v.actor_id = f.actor_id AND v.feed = ?6 AND v.state = 'complete')`
+			} else {
+				q += ` AND EXISTS (SELECT 1 FROM viewers v WHERE v.actor_id = f.actor_id AND v.feed = ?6)`
+			}
 			args = append(args, l.feed)
 		}
 		r, err := w.tx.ExecContext(w.ctx, q, args...)

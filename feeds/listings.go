@@ -237,6 +237,28 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 				return err
 			}
 		}
+		if !isFollow && p.To.Complete {
+			// A target listing with a retry time stored is waited for:
+			// a live follow wanted it (wantListings), or it failed, or
+			// was cut off, under a first read that completed without it.
+			// Followers whose first read is complete get it by a merge,
+			// made here, with the page that completes the listing: made
+			// after, by the caller (the retry loop's MergeAuthor, the
+			// followee backfill's MergeFollowee), it was lost to a stop
+			// or a crash in between, and the complete listing was never
+			// due again
+			// (TestABacklogListedJustBeforeAStopStillReachesTheFollowersFeed).
+			var wantedUS int64
+			if err := w.tx.QueryRowContext(w.ctx, `SELECT next_retry_us FROM listings WHERE actor_id = ? AND collection_id = ?`,
+				actorID, collID).Scan(&wantedUS); err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("read listing retry: %w", err)
+			}
+			if wantedUS > 0 {
+				if err := w.mergeAuthor(actorID, true); err != nil {
+					return err
+				}
+			}
+		}
 		return w.writeListingState(actorID, collID, p.To, now)
 	})
 	return res, err
