@@ -18,14 +18,21 @@ func TestACallersDeadlineCountsAsAWaitRunOut(t *testing.T) {
 	w := newWorld(t, Config{})
 	w.svc.metrics = NewMetrics(prometheus.NewRegistry()) // before any run
 	alice := w.account("alice")
+	// A first read that completes, so the writes' statements are ready
+	// and the deadlines below bound only the waits.
+	warm := w.account("warm")
+	w.follow(warm, alice, 9)
+	if err := w.svc.Ensure(context.Background(), warm, "following", "warm"); err != nil {
+		t.Fatal(err)
+	}
 	for i, name := range []string{"deadline", "cancelled"} {
 		viewer := w.account(name)
 		w.follow(viewer, alice, i+1)
 		w.pds.Fail(viewer, followNSID, pdstest.FaultHang)
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		if name == "cancelled" {
 			ctx, cancel = context.WithCancel(context.Background())
-			time.AfterFunc(50*time.Millisecond, cancel)
+			time.AfterFunc(300*time.Millisecond, cancel)
 		}
 		err := w.svc.Ensure(ctx, viewer, "following", name)
 		cancel()
