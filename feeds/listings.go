@@ -121,8 +121,9 @@ type ListingResult struct {
 	// this page lists: that inference was wrong (a PDS that answered
 	// inconsistently, or a clock far off).
 	Restored int
-	// Edited counts stored records whose body and CID this page replaced
-	// with the PDS's: edits the stream missed (takeListedEdit).
+	// Edited counts stored records whose body and CID (follows whose
+	// subject) this page replaced with the PDS's: edits the stream missed
+	// (takeListedEdit, takeListedSubject).
 	Edited int
 }
 
@@ -213,7 +214,7 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 			r := &p.Records[i]
 			var wrote bool
 			if isFollow {
-				wrote, err = w.listFollow(actorID, collID, r, rev)
+				wrote, err = w.listFollow(actorID, collID, r, rev, !stale)
 			} else {
 				wrote, err = w.listRecord(actorID, collID, r, rev, now, !stale)
 			}
@@ -318,12 +319,18 @@ func (w *txWriter) accountDeletedSince(actorID, deletions int64) (bool, error) {
 	return deleted || now != deletions, err
 }
 
-func (w *txWriter) listFollow(actorID, collID int64, r *ListedRecord, listingRev string) (bool, error) {
+func (w *txWriter) listFollow(actorID, collID int64, r *ListedRecord, listingRev string, takeEdits bool) (bool, error) {
 	var subject int64
 	var rev string
 	found, err := w.queryRow(w.s.stmts.followByKey, []any{actorID, collID, string(r.RKey)}, &subject, &rev)
-	if err != nil || found {
+	if err != nil {
 		return false, err
+	}
+	if found {
+		if !takeEdits {
+			return false, nil
+		}
+		return false, w.takeListedSubject(actorID, collID, subject, rev, r, listingRev)
 	}
 	blocked, restored, err := w.listedTombstone(actorID, collID, r.RKey, listingRev)
 	if err != nil || blocked {
@@ -344,6 +351,39 @@ func (w *txWriter) listFollow(actorID, collID int64, r *ListedRecord, listingRev
 		}
 	}
 	return true, nil
+}
+
+// takeListedSubject takes a listed follow's subject over the stored one's
+// on the terms takeListedEdit takes a record's body: a follow whose
+// subject changed while the stream could not tell us (a gap, or before
+// the daemon ran) would otherwise go on standing for the old subject,
+// whose records stayed in the follower's feeds even once the follower's
+// last real follow of it was deleted, while the new subject's never came
+// (TestAListedFollowTakesASubjectTheStreamMissed).
+// The stored revision stays, so the stream's own events still apply over
+// it. The change is applied as the stream's update to another subject is.
+func (w *txWriter) takeListedSubject(actorID, collID, storedSubject int64, storedRev string, r *ListedRecord, listingRev string) error {
+	if listingRev == "" || storedRev >= listingRev || notifiedSince(storedRev, syntax.TID(listingRev).Time().UnixMicro()) {
+		return nil
+	}
+	subjectID, err := w.actorID(r.Subject)
+	if err != nil || subjectID == storedSubject {
+		return err
+	}
+	if _, err := w.exec(w.s.stmts.updateFollow, actorID, collID, string(r.RKey), subjectID, storedRev); err != nil {
+		return fmt.Errorf("take listed follow subject: %w", err)
+	}
+	w.listedEdits++
+	if err := w.unfollowed(actorID, collID, storedSubject); err != nil {
+		return err
+	}
+	if err := w.followed(actorID, collID, subjectID); err != nil {
+		return err
+	}
+	if !w.s.indexAll && actorID != subjectID {
+		return w.enteredScope(subjectID, collID)
+	}
+	return nil
 }
 
 func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, listingRev string, now time.Time, takeEdits bool) (bool, error) {
