@@ -5,7 +5,8 @@ import "fmt"
 // applyTarget stores a target record and fans it out. A create inserts the
 // record and queues it for the transaction's fan-out (fanout.go): one
 // INSERT … SELECT writes a feed row for every viewer following the author. An update of a stored record rewrites its body in place (its
-// feed position stays). A delete removes it from its author's followers'
+// feed position stays); a create finding a copy only a listing wrote
+// also fans it out, as the listing did not. A delete removes it from its author's followers'
 // feeds and leaves a tombstone against replays.
 func (w *txWriter) applyTarget(c *Change, collID int64) error {
 	st := w.s.stmts
@@ -53,6 +54,16 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 		w.recordChanged(recordID)
 		if err := w.storeFields(recordID, collID, c.Record, true); err != nil {
 			return err
+		}
+		if c.Op == OpCreate && oldRev == "" {
+			// The stored copy is a listing's (listRecord), which reached
+			// no feed but its own first read's: the record's create,
+			// delivered after the listing, fans it out, as it would have
+			// had the listing not come first
+			// (TestAListedPostTheStreamThenCreatesReachesEveryFollower).
+			if err := w.queueFanout(actorID, collID, sortUS, recordID); err != nil {
+				return err
+			}
 		}
 		w.res.Applied++
 		return nil
