@@ -15,8 +15,9 @@ import (
 //   - unknown and duplicate keys;
 //   - empty (null) values, which yaml.v3 would silently turn into zero
 //     values (a bare "merge_limit:" would mean 0, "compression:" false);
-//   - durations without a unit, which yaml.v3 rejects only with a Go type
-//     name in the message;
+//   - durations without a unit, or that time.ParseDuration refuses
+//     (5sec, 3000000h), which yaml.v3 rejects only with a Go type name in
+//     the message;
 //   - a number that is not an integer, or a boolean other than true and
 //     false, where the decoder would truncate it or read yes as true;
 //   - a mapping where a list or value belongs, and so on.
@@ -76,6 +77,9 @@ func (c *keyChecker) check(n *yaml.Node, t reflect.Type, path string) {
 	case t == durationType:
 		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
 			c.fail(n, path, "want a duration with a unit, such as 5s or 100ms")
+		} else if _, err := time.ParseDuration(n.Value); err != nil {
+			// The decoder's own message names the Go type, not the key.
+			c.fail(n, path, "%q: want a duration with a unit, such as 5s or 100ms", n.Value)
 		}
 	case t.Kind() == reflect.Struct:
 		if n.Kind != yaml.MappingNode {

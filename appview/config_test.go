@@ -216,6 +216,10 @@ feeds:
 		{name: "bare integer duration", yaml: "jetstream:\n  rewind: 5\n", errs: []string{"jetstream.rewind: want a duration with a unit"}},
 		{name: "float duration", yaml: "ingest:\n  batch_interval: 0.5\n", errs: []string{"ingest.batch_interval: want a duration with a unit"}},
 		{name: "bad duration", yaml: "jetstream:\n  read_timeout: soon\n", errs: []string{"soon"}},
+		{name: "misspelt unit names the key", yaml: "jetstream:\n  read_timeout: 5sec\n", errs: []string{
+			`line 2: jetstream.read_timeout: "5sec": want a duration with a unit`}},
+		{name: "overflowing duration names the key", yaml: "backfill:\n  viewer_ttl: 3000000h\n", errs: []string{
+			`line 2: backfill.viewer_ttl: "3000000h": want a duration with a unit`}},
 		{name: "negative duration", yaml: "jetstream:\n  rewind: -1s\n", errs: []string{"jetstream.rewind: must not be negative"}},
 		{name: "not an int", yaml: "jetstream:\n  queue_size: many\n", errs: []string{"many"}},
 		{name: "fraction for an int", yaml: "database:\n  record_cache_mb: 0.5\nbackfill:\n  depth: 50.9\n", errs: []string{
