@@ -109,6 +109,10 @@ func (a AdmissionConfig) backfillAdmission() backfill.AdmissionConfig {
 	}
 }
 
+// maxBackfillConcurrency bounds backfill.concurrency, as
+// maxHydrationConcurrency bounds the profile fetcher's.
+const maxBackfillConcurrency = 1024
+
 func (c Config) validateBackfill(fail func(field, format string, args ...any)) {
 	checkHTTPURL := func(field, raw string, required bool) {
 		if raw == "" {
@@ -161,6 +165,11 @@ func (c Config) validateBackfill(fail func(field, format string, args ...any)) {
 	// were reading.
 	if d := c.Backfill.ViewerTTL; d > 0 && d < 2*time.Hour {
 		fail("backfill.viewer_ttl", "must be at least 2h, got %s", d)
+	}
+	// The service starts a worker for every four request slots: a huge
+	// value would end the process out of memory instead of with this error.
+	if c.Backfill.Concurrency > maxBackfillConcurrency {
+		fail("backfill.concurrency", "must be at most %d, got %d", maxBackfillConcurrency, c.Backfill.Concurrency)
 	}
 	if c.Backfill.Depth > 10_000 {
 		fail("backfill.depth", "must be at most 10000, got %d", c.Backfill.Depth)

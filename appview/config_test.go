@@ -308,6 +308,8 @@ func TestValidate(t *testing.T) {
 		{"huge queue", func(c *Config) { c.Jetstream.QueueSize = 100_000_000_000 }, "jetstream.queue_size: must be between 1 and 1000000"},
 		{"nanosecond lease", func(c *Config) { c.Backfill.FirstReadLease = 2 }, "backfill.first_read_lease: must be at least 100ms, got 2ns"},
 		{"short viewer ttl", func(c *Config) { c.Backfill.ViewerTTL = 30 * time.Minute }, "backfill.viewer_ttl: must be at least 2h, got 30m0s"},
+		{"most backfill concurrency", func(c *Config) { c.Backfill.Concurrency = 1024 }, ""},
+		{"too much backfill concurrency", func(c *Config) { c.Backfill.Concurrency = 4_000_000_000 }, "backfill.concurrency: must be at most 1024, got 4000000000"},
 		{"zero sweep actors", func(c *Config) { c.Sweep.Actors = 0 }, "sweep.actors: must be between 1 and 50000"},
 		{"huge sweep actors", func(c *Config) { c.Sweep.Actors = 1 << 62 }, "sweep.actors: must be between 1 and 50000"},
 		{"tombstones shorter than the rewind", func(c *Config) { c.Jetstream.Rewind, c.Sweep.TombstoneWindow = time.Minute, 30*time.Second }, "sweep.tombstone_window: must cover jetstream.rewind (1m0s)"},
