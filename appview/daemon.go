@@ -421,6 +421,19 @@ func OpenOrCreateStore(ctx context.Context, cfg Config) (store *feeds.Store, cre
 	}
 	_, err = os.Stat(cfg.Database.Path)
 	created = errors.Is(err, fs.ErrNotExist)
+	if created {
+		// Made here, not by SQLite, whose error for a file it cannot make
+		// ("unable to open database file") names neither the file nor
+		// the reason (a missing or read-only directory). SQLite takes an
+		// empty file for a new database.
+		f, err := os.OpenFile(cfg.Database.Path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		switch {
+		case err == nil:
+			f.Close()
+		case !errors.Is(err, fs.ErrExist): // made meanwhile: open it
+			return nil, false, fmt.Errorf("create database: %w", err)
+		}
+	}
 	store, err = openStore(ctx, cfg)
 	return store, created, err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -107,5 +108,18 @@ func TestHelpSucceedsAndOpensNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(db); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("help and a bad DID left a database behind: %v", err)
+	}
+}
+
+// `appview backfill` makes the database when there is none; one it cannot
+// make (its directory missing, or not writable) said only SQLite's
+// "read journal mode: unable to open database file (14)", naming neither
+// the file nor the reason.
+func TestBackfillSaysWhyItCannotCreateTheDatabase(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing", "appview.db")
+	env := []string{"APPVIEW_DATABASE_PATH=" + path}
+	_, _, err := runCmd(t, env, "backfill", "--actor", "did:plc:nobody")
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "no such file or directory") {
+		t.Fatalf("backfill into a missing directory: %v, want an error naming %s and the reason", err, path)
 	}
 }
