@@ -87,6 +87,15 @@ func (s *Store) ResetJetstream(ctx context.Context, to time.Time, user string, n
 // collection is empty) over in a new round, clearing failures: the next
 // viewer who needs it fetches its backlog again.
 func (s *Store) ResetAccount(ctx context.Context, account syntax.DID, collection syntax.NSID, user string, now time.Time) (AuditEntry, error) {
+	// A collection no feed uses is an error, not "nothing to reset", even
+	// for an account not stored, as a misspelt feed is in ResetViewer.
+	var collID int64
+	if collection != "" {
+		var ok bool
+		if collID, ok = s.collectionID(collection); !ok {
+			return AuditEntry{}, fmt.Errorf("%w: no feed uses collection %q", ErrUnknownLane, collection)
+		}
+	}
 	var e AuditEntry
 	err := s.write(ctx, func(w *txWriter) error {
 		id, found, err := w.existingActorID(account)
@@ -101,10 +110,6 @@ func (s *Store) ResetAccount(ctx context.Context, account syntax.DID, collection
 		args := []any{id, now.UnixMicro()}
 		target := string(account)
 		if collection != "" {
-			collID, ok := s.collectionID(collection)
-			if !ok {
-				return ErrUnknownLane
-			}
 			q += ` AND collection_id = ?3`
 			args = append(args, collID)
 			target += " " + string(collection)

@@ -68,6 +68,11 @@ func TestCursorCommands(t *testing.T) {
 	if out, _, err := runCmd(t, env, "cursor", "reset", "viewer", "did:plc:nobody", "--feed", "folowing"); err == nil {
 		t.Fatalf("reset of a feed that does not exist: %q, no error", out)
 	}
+	// So is a misspelt collection, even for an account not stored.
+	if out, _, err := runCmd(t, env, "cursor", "reset", "account", "did:plc:nobody", "--collection", "app.bsky.feed.pots"); err == nil ||
+		!strings.Contains(err.Error(), `"app.bsky.feed.pots"`) {
+		t.Fatalf("reset of a collection no feed uses: %q, %v", out, err)
+	}
 	for _, bad := range []string{"0", "-1"} {
 		if _, _, err := runCmd(t, env, "audit", "--limit", bad); err == nil {
 			t.Errorf("audit --limit %s was accepted", bad)
