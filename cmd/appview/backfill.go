@@ -32,6 +32,9 @@ func backfillCmd(ctx context.Context, args, environ []string, stdout, stderr io.
 	if *actor == "" {
 		return errors.New("backfill: --actor is required")
 	}
+	if err := checkProgressEvery(*every); err != nil {
+		return fmt.Errorf("backfill: %w", err)
+	}
 	var names []string
 	if *feed != "" {
 		if err := checkFeed(cfg, *feed); err != nil {

@@ -128,3 +128,18 @@ func TestBackfillSaysWhyItCannotCreateTheDatabase(t *testing.T) {
 		t.Fatalf("backfill into a missing directory: %v, want an error naming %s and the reason", err, path)
 	}
 }
+
+// --progress-every 0 (or negative) was taken for the default, 5s.
+func TestProgressEveryMustBePositive(t *testing.T) {
+	env := []string{"APPVIEW_DATABASE_PATH=" + filepath.Join(t.TempDir(), "appview.db"),
+		"APPVIEW_IDENTITY_PLC_URL=http://127.0.0.1:1"} // never the real directory
+	for _, args := range [][]string{
+		{"backfill", "--actor", "did:plc:nobody", "--progress-every", "0s"},
+		{"rebuild", "--feed", "following", "--progress-every", "-5s"},
+	} {
+		_, _, err := runCmd(t, env, args...)
+		if err == nil || !strings.Contains(err.Error(), "--progress-every") {
+			t.Errorf("%q: %v, want an error naming --progress-every", args, err)
+		}
+	}
+}

@@ -39,6 +39,15 @@ func progressFlag(fs *flag.FlagSet) *time.Duration {
 	return fs.Duration("progress-every", 5*time.Second, "interval of progress log lines when stderr is not a terminal")
 }
 
+// checkProgressEvery refuses an interval the reporter would silently
+// replace with its default.
+func checkProgressEvery(every time.Duration) error {
+	if every <= 0 {
+		return fmt.Errorf("--progress-every %s: must be positive", every)
+	}
+	return nil
+}
+
 // newProgress reports a long command's progress on stderr: a bar on a
 // terminal, log lines through the daemon's logger otherwise.
 func newProgress(stderr io.Writer, log *slog.Logger, task string, every time.Duration) *progress.Reporter {

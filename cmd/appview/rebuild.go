@@ -37,6 +37,9 @@ func rebuildCmd(ctx context.Context, args, environ []string, stdout, stderr io.W
 	if *chunk < 1 || *chunk > maxRebuildChunk {
 		return fmt.Errorf("rebuild: --chunk must be from 1 to %d", maxRebuildChunk)
 	}
+	if err := checkProgressEvery(*every); err != nil {
+		return fmt.Errorf("rebuild: %w", err)
+	}
 	store, log, err := openLogged(ctx, cfg, stderr, false)
 	if err != nil {
 		return err
