@@ -96,7 +96,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		}
 	}()
 	reservePageSlab(log, storeOpts.PageCacheMB())
-	store, err := feeds.Open(ctx, storeOpts)
+	store, err := openWaitingOutForeignLocks(ctx, storeOpts, log)
 	if err != nil {
 		return nil, err
 	}
@@ -205,6 +205,26 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		gaps:     gaps,
 		now:      time.Now,
 	}, nil
+}
+
+// openWaitingOutForeignLocks opens the store, trying again while another
+// process (an operator command beside the daemon) holds the write lock
+// past the busy timeout: a restart during a long rebuild chunk would
+// otherwise fail with "database is locked". A try that gave up is what a
+// failed start was, and the next try opens again as the next start would.
+// A stop while it waits returns ctx's error: a stop before the daemon
+// started.
+func openWaitingOutForeignLocks(ctx context.Context, opts feeds.Options, log *slog.Logger) (*feeds.Store, error) {
+	for attempt := 1; ; attempt++ {
+		store, err := feeds.Open(ctx, opts)
+		if !errors.Is(err, feeds.ErrWriteBusy) {
+			return store, err
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		log.Warn("database open waits: another process holds the database's write lock", "attempt", attempt, "err", err)
+	}
 }
 
 // feedDefinitions translates the validated config into the store's feeds

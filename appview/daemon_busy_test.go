@@ -2,6 +2,7 @@ package appview
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -337,5 +338,54 @@ func TestAStopBehindAForeignWriteLockIsClean(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "replayed at the next start") {
 		t.Errorf("the stop did not say its batch was left: %s", logs.String())
+	}
+}
+
+// A daemon (re)started while an operator command beside it held the
+// write lock past the busy timeout (a rebuild chunk of heavy viewers, say)
+// failed to start: "sync feeds: database is locked (5) (SQLITE_BUSY)",
+// exit 1. It waits the lock out, as its batches do; a signal while it
+// waits is a clean stop before it started.
+func TestAStartBehindAForeignWriteLockWaits(t *testing.T) {
+	js := jetstreamtest.NewServer()
+	defer js.Close()
+	path := t.TempDir() + "/appview.db"
+	cfg := testConfig(t, js, path)
+	st, _, err := OpenOrCreateStore(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	release := writelock.Hold(t, path)
+	built := make(chan error, 1)
+	go func() {
+		d, err := Build(context.Background(), cfg, Options{Logger: testLogger(t)})
+		if err == nil {
+			err = d.Close(context.Background())
+		}
+		built <- err
+	}()
+	select {
+	case err := <-built:
+		t.Fatalf("Build returned while the lock was held: %v", err)
+	case <-time.After(6 * time.Second): // past the busy timeout
+	}
+	release()
+	select {
+	case err := <-built:
+		if err != nil {
+			t.Fatalf("Build after the lock was released: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Build did not return after the lock was released")
+	}
+
+	release = writelock.Hold(t, path)
+	defer release()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(time.Second, cancel)
+	if _, err := Build(ctx, cfg, Options{Logger: testLogger(t)}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Build stopped while waiting for the lock: %v, want context.Canceled", err)
 	}
 }

@@ -307,6 +307,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if err := s.init(ctx, opts); err != nil {
 		writer.Close()
+		if isBusy(err) {
+			// Another process (an operator command) held the write lock
+			// past the busy timeout; the caller may try again.
+			err = fmt.Errorf("%w: %w", ErrWriteBusy, err)
+		}
 		return nil, err
 	}
 	// The writer's data_version is read once before any page can fill the
