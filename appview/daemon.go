@@ -207,6 +207,10 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 	}, nil
 }
 
+// openRetryPause is the pause between tries of a start behind another
+// process's write lock.
+const openRetryPause = time.Second
+
 // openWaitingOutForeignLocks opens the store, trying again while another
 // process (an operator command beside the daemon) holds the write lock
 // past the busy timeout: a restart during a long rebuild chunk would
@@ -220,10 +224,14 @@ func openWaitingOutForeignLocks(ctx context.Context, opts feeds.Options, log *sl
 		if !errors.Is(err, feeds.ErrWriteBusy) {
 			return store, err
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
 		log.Warn("database open waits: another process holds the database's write lock", "attempt", attempt, "err", err)
+		// Each try waits out SQLite's busy timeout; the pause keeps a
+		// busy answer given at once from spinning.
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(openRetryPause):
+		}
 	}
 }
 
