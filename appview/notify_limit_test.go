@@ -152,7 +152,9 @@ func TestNotifyRecordsOnAHealthyPDSAreNotHeldBehindAHangingOne(t *testing.T) {
 		}
 	}))
 	t.Cleanup(hanging.Close)
-	t.Cleanup(func() { close(release) })
+	var releaseOnce sync.Once
+	unhang := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unhang)
 	var healthyAsked atomic.Int32
 	healthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		healthyAsked.Add(1)
@@ -195,7 +197,11 @@ func TestNotifyRecordsOnAHealthyPDSAreNotHeldBehindAHangingOne(t *testing.T) {
 	if got := healthyAsked.Load(); got < notifyConcurrency {
 		t.Errorf("the healthy PDS was asked for %d of its %d records within 2 s while another PDS of the call hung", got, notifyConcurrency)
 	}
-	cancel() // the hanging PDS's records fail; what was fetched is written
+	// The hanging PDS now answers, with nothing: its records fail and the
+	// call ends by itself, its healthy records fetched in full (a cancel
+	// here could cut off a healthy record whose answer was still being
+	// read).
+	unhang()
 	a := <-done
 	if a.err != nil {
 		t.Fatal(a.err)
