@@ -526,7 +526,9 @@ func (w *txWriter) writeListingState(actorID, collID int64, l Listing, now time.
 			host = excluded.host, round = excluded.round, page = excluded.page, cursor = excluded.cursor,
 			fetched = excluded.fetched, complete = excluded.complete, gone = excluded.gone,
 			attempts = excluded.attempts, last_error = excluded.last_error,
-			next_retry_us = excluded.next_retry_us, updated_us = excluded.updated_us, low_rkey = excluded.low_rkey`,
+			next_retry_us = CASE WHEN excluded.complete = 0 AND excluded.next_retry_us = 0
+				THEN listings.next_retry_us ELSE excluded.next_retry_us END,
+			updated_us = excluded.updated_us, low_rkey = excluded.low_rkey`,
 		actorID, collID, l.Host, l.Round, l.Page, l.Cursor, l.Fetched, l.Complete, l.Gone,
 		l.Attempts, l.LastError, micros(l.NextRetry), now.UnixMicro(), l.LowKey)
 	if err != nil {
