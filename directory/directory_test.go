@@ -547,3 +547,32 @@ func TestPDSEndpointIsSpelledOneWay(t *testing.T) {
 		t.Errorf("loopback spelled in capitals with a trailing dot: got %v, want ErrForbiddenPDS", err)
 	}
 }
+
+// A host name in other Unicode spellings (full-width letters, an
+// ideographic full stop, a precomposed letter) is dialled by Go's
+// transport under its IDNA ASCII form, the server the plain spelling
+// reaches: each spelling kept as given got per-host request slots and
+// pauses of its own, and the loopback check of the document saw a name
+// that is not "localhost".
+func TestPDSEndpointIsSpelledOneWayInUnicode(t *testing.T) {
+	for endpoint, want := range map[string]string{
+		"https://ＰＤＳ.example.com":        "https://pds.example.com",
+		"https://ｐｄｓ.example.com:8443/":  "https://pds.example.com:8443",
+		"https://pds\u3002example.com":   "https://pds.example.com",
+		"https://pd\u015b.example.com":   "https://xn--pd-3sa.example.com",
+		"https://xn--pd-3sa.example.com": "https://xn--pd-3sa.example.com",
+	} {
+		got, err := checkPDSURL(endpoint, false)
+		if err != nil || got != want {
+			t.Errorf("%s: got %q %v, want %q", endpoint, got, err, want)
+		}
+	}
+	for _, endpoint := range []string{"http://ｌｏｃａｌｈｏｓｔ:2583", "http://ＬＯＣＡＬＨＯＳＴ\u3002:2583", "http://pds.ｌｏｃａｌｈｏｓｔ"} {
+		if _, err := checkPDSURL(endpoint, false); !errors.Is(err, ErrForbiddenPDS) {
+			t.Errorf("%s: got %v, want ErrForbiddenPDS", endpoint, err)
+		}
+	}
+	if _, err := checkPDSURL("https://a\u2488.example.com", true); !errors.Is(err, ErrInvalidDocument) {
+		t.Errorf("a host IDNA refuses: got %v, want ErrInvalidDocument", err)
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+	"golang.org/x/net/idna"
 
 	"github.com/atfeeds/appview/egress"
 	"github.com/atfeeds/appview/internal/textclip"
@@ -108,7 +110,10 @@ func checkPDSURL(endpoint string, allowPrivate bool) (string, error) {
 	case u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.Opaque != "":
 		return "", fmt.Errorf("%w: PDS endpoint %q is not a plain URL", ErrInvalidDocument, truncate(endpoint))
 	}
-	if canonicalHost(u); u.Hostname() == "" {
+	if err := canonicalHost(u); err != nil {
+		return "", fmt.Errorf("%w: PDS endpoint %q: %v", ErrInvalidDocument, truncate(endpoint), err)
+	}
+	if u.Hostname() == "" {
 		return "", fmt.Errorf("%w: PDS endpoint %q has no host", ErrInvalidDocument, truncate(endpoint))
 	}
 	if !allowPrivate {
@@ -128,8 +133,23 @@ func checkPDSURL(endpoint string, allowPrivate bool) (string, error) {
 // default port. The endpoint keys the per-host request limits and pauses,
 // and "PDS.example.com.", "pds.example.com:443" and "pds.example.com" are
 // one host to every other part of the network.
-func canonicalHost(u *url.URL) {
-	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+//
+// A host with non-ASCII characters is taken in its IDNA ASCII form, the
+// name Go's transport dials for it: "ｐｄｓ.example.com" (full-width) and
+// "pds。example.com" reach pds.example.com, and kept as given each had
+// slots and a pause of its own, and passed the loopback name check
+// (TestPDSEndpointIsSpelledOneWayInUnicode). A host IDNA refuses is an
+// error.
+func canonicalHost(u *url.URL) error {
+	host := u.Hostname()
+	if !isASCII(host) {
+		a, err := idna.Lookup.ToASCII(host)
+		if err != nil {
+			return fmt.Errorf("host is not a valid internationalized name: %v", err)
+		}
+		host = a
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
 	port := u.Port()
 	if (u.Scheme == "https" && port == "443") || (u.Scheme == "http" && port == "80") {
 		port = ""
@@ -142,6 +162,16 @@ func canonicalHost(u *url.URL) {
 	default:
 		u.Host = host
 	}
+	return nil
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // truncate keeps hostile strings short in error messages.
