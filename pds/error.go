@@ -184,7 +184,10 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 	var d time.Duration
 	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
 		if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-			d = time.Duration(min(secs, int64(maxRetryAfter/time.Second))) * time.Second
+			// Clamped before the multiplication, which a large negative
+			// value overflows into a huge wait
+			// (TestANegativeRetryAfterDoesNotWrapToTheCap).
+			d = time.Duration(max(0, min(secs, int64(maxRetryAfter/time.Second)))) * time.Second
 		} else if t, err := http.ParseTime(v); err == nil {
 			d = t.Sub(now)
 		}

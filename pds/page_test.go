@@ -231,3 +231,26 @@ func TestDecodePageTakesTheLastOfARepeatedMember(t *testing.T) {
 		t.Fatalf("a null cursor after a string one: %+v %v", page, err)
 	}
 }
+
+// A negative Retry-After far enough from zero overflowed when made a
+// duration: "-9223372037" seconds times a second wraps to about 292
+// years, cut to the full 24 h cap, so a nonsense header paused the host
+// for a day (every account on it) instead of being ignored like "-5";
+// others wrapped to a few seconds. Negative RateLimit-Reset epochs are
+// pinned beside them.
+func TestANegativeRetryAfterDoesNotWrapToTheCap(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct{ header, value string }{
+		{"Retry-After", "-9223372037"},
+		{"Retry-After", "-9223372036854775807"},
+		{"Retry-After", "-9223372036854775808"},
+		{"RateLimit-Reset", "-9223372036854775808"},
+		{"RateLimit-Reset", "-9000000000000000000"},
+	} {
+		h := http.Header{}
+		h.Set(tc.header, tc.value)
+		if got := retryAfter(h, now); got != 0 {
+			t.Errorf("%s: %s: got %v, want 0", tc.header, tc.value, got)
+		}
+	}
+}
