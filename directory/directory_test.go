@@ -576,3 +576,32 @@ func TestPDSEndpointIsSpelledOneWayInUnicode(t *testing.T) {
 		t.Errorf("a host IDNA refuses: got %v, want ErrInvalidDocument", err)
 	}
 }
+
+// An IP literal has many spellings of one address (IPv6 zero groups
+// written out or compressed elsewhere, leading zeros, an IPv4 address
+// mapped into IPv6), and a port may carry leading zeros: Go dials the
+// same server for each, so each kept as given had per-host request slots
+// and pauses of its own.
+func TestPDSEndpointIPLiteralsAndPortsAreSpelledOneWay(t *testing.T) {
+	for endpoint, want := range map[string]string{
+		"https://[2606:4700:0:0:0:0:0:1111]":     "https://[2606:4700::1111]",
+		"https://[2606:4700:0000::0:1111]:8443/": "https://[2606:4700::1111]:8443",
+		"https://[2606:4700::0001:1111]":         "https://[2606:4700::1:1111]",
+		"https://[2606:4700::1111]:443":          "https://[2606:4700::1111]",
+		"https://[::ffff:1.2.3.4]":               "https://1.2.3.4",
+		"https://[::FFFF:102:304]:8443":          "https://1.2.3.4:8443",
+		"https://pds.example.com:0443":           "https://pds.example.com",
+		"https://pds.example.com:008443":         "https://pds.example.com:8443",
+		"http://1.2.3.4:00080/x":                 "http://1.2.3.4/x",
+	} {
+		got, err := checkPDSURL(endpoint, false)
+		if err != nil || got != want {
+			t.Errorf("%s: got %q %v, want %q", endpoint, got, err, want)
+		}
+	}
+	for _, endpoint := range []string{"https://pds.example.com:0", "https://pds.example.com:65536", "https://pds.example.com:99999999999999999999"} {
+		if _, err := checkPDSURL(endpoint, true); !errors.Is(err, ErrInvalidDocument) {
+			t.Errorf("%s: got %v, want ErrInvalidDocument", endpoint, err)
+		}
+	}
+}

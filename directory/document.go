@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -150,7 +152,21 @@ func canonicalHost(u *url.URL) error {
 		host = a
 	}
 	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	// An IP literal and a port are spelled as netip and strconv print
+	// them: "[2606:4700:0:0::1111]" and "[2606:4700::1111]",
+	// "[::ffff:1.2.3.4]" and "1.2.3.4", ":08443" and ":8443" are each
+	// dialled alike (TestPDSEndpointIPLiteralsAndPortsAreSpelledOneWay).
+	if addr, err := netip.ParseAddr(host); err == nil {
+		host = addr.Unmap().String()
+	}
 	port := u.Port()
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %q out of range", truncate(port))
+		}
+		port = strconv.Itoa(n)
+	}
 	if (u.Scheme == "https" && port == "443") || (u.Scheme == "http" && port == "80") {
 		port = ""
 	}
