@@ -37,6 +37,7 @@ const (
 	ReasonBadStatus      = "bad_status"
 	ReasonTimeInFuture   = "time_in_future"      // time_us past the local clock plus the allowed skew
 	ReasonBadCursor      = "cursor_out_of_range" // a v2 sequence number a server would read as a time
+	ReasonBadCompression = "bad_compression"     // a compressed message whose deflate data is corrupt
 )
 
 // dropReasons lists every reason a frame can be dropped for, so that
@@ -48,6 +49,7 @@ var dropReasons = []string{
 	ReasonBadCID, ReasonBadRecord, ReasonTypeMismatch, ReasonBadSubject,
 	ReasonRecordTooLarge, ReasonTooDeep, ReasonFrameTooLarge, ReasonBinaryFrame,
 	ReasonTimeInFuture, ReasonBadCursor, ReasonBadRev, ReasonBadStatus,
+	ReasonBadCompression,
 }
 
 // DropError says why a frame was dropped. Reason is one of the Reason…

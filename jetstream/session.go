@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"bytes"
+	"compress/flate"
 	"context"
 	"errors"
 	"fmt"
@@ -133,6 +134,16 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 	bySeq := pos.Seq > 0 && pos.Host == host
 	for {
 		typ, truncated, err := c.readFrame(conn, &buf, &inMessage)
+		if errors.Is(err, errCorruptMessage) {
+			// The message's own fault: the connection's framing is
+			// intact, and the next message is decompressed on its own.
+			// Reconnecting instead would replay it forever.
+			report.Dropped++
+			derr := drop(ReasonBadCompression, err)
+			c.m.frameDropped(derr.Reason)
+			c.drops.log(host, &Event{}, derr)
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return res, nil
@@ -242,7 +253,8 @@ func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer, inMessage *b
 	buf.Reset()
 	n, err := buf.ReadFrom(io.LimitReader(r, c.cfg.MaxFrameBytes+1))
 	if err != nil {
-		return 0, false, err
+		c.m.bytesReceived(int(n))
+		return 0, false, c.corrupt(err)
 	}
 	if n > c.cfg.MaxFrameBytes {
 		truncated = true
@@ -250,11 +262,31 @@ func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer, inMessage *b
 		rest, err := io.Copy(io.Discard, r)
 		n += rest
 		if err != nil {
-			return 0, false, err
+			c.m.bytesReceived(int(n))
+			return 0, false, c.corrupt(err)
 		}
 	}
 	c.m.bytesReceived(int(n))
 	return typ, truncated, nil
+}
+
+// errCorruptMessage is a compressed message whose deflate data is
+// corrupt (readFrame).
+var errCorruptMessage = errors.New("corrupt compressed message")
+
+// corrupt marks err, from reading a message, as errCorruptMessage when it
+// is the decompressor's complaint about the message's data rather than a
+// failed connection. gorilla negotiates no context takeover, so each
+// message is decompressed on its own and the next one can still be read.
+// A connection error taken for one by mistake (a TLS record cut short is
+// io.ErrUnexpectedEOF too) still ends the session: the connection keeps
+// it, and the next NextReader returns it.
+func (c *Client) corrupt(err error) error {
+	var ce flate.CorruptInputError
+	if errors.As(err, &ce) || (c.cfg.Compression && err == io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: %v", errCorruptMessage, err)
+	}
+	return err
 }
 
 // keepalive renews the read deadline on pings and pongs as well as frames,
