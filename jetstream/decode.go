@@ -109,7 +109,9 @@ type wireIdentity struct {
 }
 
 type wireAccount struct {
-	Active bool   `json:"active"`
+	// Active is required: taken for false when missing, a malformed
+	// frame would hide the account's posts.
+	Active *bool  `json:"active"`
 	Status string `json:"status"`
 }
 
@@ -198,10 +200,13 @@ func (d *Decoder) decode(frame []byte) (Event, *DropError) {
 		if w.Account == nil {
 			return skipped(&w), dropf(ReasonMissingField, "account missing")
 		}
+		if w.Account.Active == nil {
+			return skipped(&w), dropf(ReasonMissingField, "account.active missing")
+		}
 		if len(w.Account.Status) > maxStatusBytes {
 			return skipped(&w), dropf(ReasonBadStatus, "account.status is %d bytes, limit %d", len(w.Account.Status), maxStatusBytes)
 		}
-		ev.Kind, ev.Account = KindAccount, &Account{Active: w.Account.Active, Status: w.Account.Status}
+		ev.Kind, ev.Account = KindAccount, &Account{Active: *w.Account.Active, Status: w.Account.Status}
 	case "":
 		return skipped(&w), dropf(ReasonMissingField, "kind missing")
 	default:

@@ -231,6 +231,9 @@ func TestDecodeDrops(t *testing.T) {
 		{name: "commit null", frame: `{"did":"did:plc:a","time_us":9,"kind":"commit","commit":null}`, reason: ReasonMissingField, timeUS: 9},
 		{name: "identity missing", frame: `{"did":"did:plc:a","time_us":9,"kind":"identity"}`, reason: ReasonMissingField, timeUS: 9},
 		{name: "account missing", frame: `{"did":"did:plc:a","time_us":9,"kind":"account"}`, reason: ReasonMissingField, timeUS: 9},
+		// Taken for false, a missing "active" hid the account's posts.
+		{name: "account without active", frame: `{"did":"did:plc:a","time_us":9,"kind":"account","account":{"status":"deactivated"}}`, reason: ReasonMissingField, timeUS: 9},
+		{name: "account active null", frame: `{"did":"did:plc:a","time_us":9,"kind":"account","account":{"active":null}}`, reason: ReasonMissingField, timeUS: 9},
 		{name: "bad operation", frame: commitFrame(strings.Replace(postCommit(`{}`), `"create"`, `"upsert"`, 1)), reason: ReasonBadOperation, timeUS: 1795975616983633},
 		{name: "no operation", frame: commitFrame(strings.Replace(postCommit(`{}`), `"create"`, `""`, 1)), reason: ReasonMissingField, timeUS: 1795975616983633},
 		{name: "no rev", frame: commitFrame(strings.Replace(postCommit(`{}`), `"3ke6kg3wlch22"`, `""`, 1)), reason: ReasonMissingField, timeUS: 1795975616983633},
