@@ -1,7 +1,10 @@
 package jetstream
 
 import (
+	"bytes"
+	"compress/flate"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -55,5 +58,79 @@ func testCorruptCompressedFrame(t *testing.T, raw []byte) {
 	}
 	if n := len(srv.dials()); n != 1 {
 		t.Errorf("%d dials, want 1: a corrupt message must not cost the connection", n)
+	}
+}
+
+// deflateBomb is permessage-deflate payload that inflates to about n
+// bytes of zeros: a sync-flushed chunk of a megabyte of zeros repeated.
+// Each chunk ends byte-aligned on an empty stored block, and refers back
+// only to zeros, so the chunks concatenate.
+func deflateBomb(t *testing.T, n int64) []byte {
+	t.Helper()
+	var chunk bytes.Buffer
+	w, err := flate.NewWriter(&chunk, flate.BestCompression)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const per = 1 << 20
+	if _, err := w.Write(make([]byte, per)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Repeat(chunk.Bytes(), int(n/per))
+}
+
+// rawFrame is a server's unmasked websocket frame header and payload.
+func rawFrame(b0 byte, payload []byte) []byte {
+	var h []byte
+	switch n := len(payload); {
+	case n < 126:
+		h = []byte{b0, byte(n)}
+	case n < 1<<16:
+		h = []byte{b0, 126, byte(n >> 8), byte(n)}
+	default:
+		h = []byte{b0, 127, 0, 0, 0, 0, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+	}
+	return append(h, payload...)
+}
+
+// An oversized compressed message is not inflated to its end: its rest is
+// skipped as it came, compressed. Inflating it to discard it let a small
+// message (a few megabytes of deflate) cost gigabytes of work: past the
+// read timeout the session ended, and every reconnect replayed it.
+func TestClientDoesNotInflateTheRestOfAnOversizedFrame(t *testing.T) {
+	bomb := rawFrame(0xc1, deflateBomb(t, 4<<30))
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if !send(conn, followFrame) {
+			return
+		}
+		if _, err := conn.UnderlyingConn().Write(bomb); err != nil {
+			return
+		}
+		if send(conn, postFrame) {
+			holdOpen(conn)
+		}
+	})
+	cfg := Config{URLs: []string{srv.url}, Compression: true, MaxFrameBytes: 1 << 20, ReadTimeout: time.Second}
+	h := startClient(t, cfg, fixed(Position{}), 10)
+	if ev := h.next(t); ev.TimeUS != 1795975616983633 {
+		t.Fatalf("first event %+v, want the follow", ev)
+	}
+	for i := 0; ; i++ {
+		ev := h.next(t)
+		if ev.TimeUS == 1795975616991124 {
+			break
+		}
+		if i == 3 {
+			t.Fatalf("the post after the oversized frame never came (%d dials)", len(srv.dials()))
+		}
+	}
+	if got := testutil.ToFloat64(h.metrics.dropped.WithLabelValues(ReasonFrameTooLarge)); got != 1 {
+		t.Errorf("dropped{%s} = %v, want 1", ReasonFrameTooLarge, got)
+	}
+	if n := len(srv.dials()); n != 1 {
+		t.Errorf("%d dials, want 1", n)
 	}
 }

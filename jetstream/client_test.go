@@ -613,7 +613,7 @@ func TestClientReadTimeout(t *testing.T) {
 // a message that never ends (found by a review).
 func TestClientReadTimeoutHoldsThroughPingsInAMessage(t *testing.T) {
 	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
-		if n > 0 {
+		if n%2 == 1 {
 			holdOpen(conn)
 			return
 		}
@@ -632,8 +632,16 @@ func TestClientReadTimeoutHoldsThroughPingsInAMessage(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
-	startClient(t, Config{URLs: []string{srv.url}, ReadTimeout: 200 * time.Millisecond}, fixed(Position{}), 10)
-	waitFor(t, "a redial after the endless message's read timeout", func() bool { return len(srv.dials()) >= 2 })
+	for _, maxFrame := range []int64{0, 1024} {
+		t.Run(fmt.Sprintf("max_frame_bytes=%d", maxFrame), func(t *testing.T) {
+			// With a small cap the message is oversized: its rest is
+			// skipped unread, under the same deadline.
+			before := len(srv.dials())
+			h := startClient(t, Config{URLs: []string{srv.url}, ReadTimeout: 200 * time.Millisecond, MaxFrameBytes: maxFrame}, fixed(Position{}), 10)
+			waitFor(t, "a redial after the endless message's read timeout", func() bool { return len(srv.dials()) >= before+2 })
+			h.stop(t, 2*time.Second)
+		})
+	}
 }
 
 func TestClientRejectsBadConfig(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"time"
@@ -232,24 +233,45 @@ func (c *Client) unqueue(size int64) {
 	}
 }
 
+// maxDiscardFrames bounds how much of an oversized message readFrame
+// reads to discard it, in frame caps (MaxFrameBytes). Past it the message
+// is abandoned: the next NextReader skips its rest.
+const maxDiscardFrames = 16
+
 // readFrame reads the next message into buf, keeping at most MaxFrameBytes
-// of it. The rest of an oversized message is read and discarded so the
-// connection survives; memory stays bounded either way. gorilla's own read
+// of it. The rest of an oversized message is discarded so the connection
+// survives (read, up to maxDiscardFrames caps, then skipped unread);
+// memory stays bounded either way. gorilla's own read
 // limit is not used: it kills the connection, and with compression it
 // counts compressed bytes. A message must end within ReadTimeout of its
 // start: inMessage keeps the pings read between its frames from renewing
 // the deadline, so a server sending one endless message cannot hold the
 // session (keepalive).
 func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer, inMessage *bool) (typ int, truncated bool, err error) {
-	if err := conn.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout)); err != nil {
-		return 0, false, err
+	// A message left unread (abandoned, below) is still in progress: the
+	// NextReader below skips its rest under its own deadline, and the
+	// pings read meanwhile renew nothing (inMessage stayed set), so an
+	// endless one still ends the session. The wait for the next message
+	// after it falls under that deadline too: a quiet stream then
+	// redials, a cost only a message 16 caps long brings.
+	skipping := *inMessage
+	if !skipping {
+		if err := conn.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout)); err != nil {
+			return 0, false, err
+		}
 	}
 	typ, r, err := conn.NextReader()
 	if err != nil {
 		return 0, false, err
 	}
+	if skipping {
+		if err := conn.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout)); err != nil {
+			return 0, false, err
+		}
+	}
 	*inMessage = true
-	defer func() { *inMessage = false }()
+	abandoned := false
+	defer func() { *inMessage = abandoned }()
 	buf.Reset()
 	n, err := buf.ReadFrom(io.LimitReader(r, c.cfg.MaxFrameBytes+1))
 	if err != nil {
@@ -259,12 +281,19 @@ func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer, inMessage *b
 	if n > c.cfg.MaxFrameBytes {
 		truncated = true
 		buf.Truncate(int(c.cfg.MaxFrameBytes))
-		rest, err := io.Copy(io.Discard, r)
+		// The rest is read to count it, up to a bound: past it, the next
+		// NextReader skips what is left as it came, without inflating
+		// it. A compressed message inflated to its end could cost
+		// gigabytes of work for a few megabytes sent, past ReadTimeout,
+		// and every reconnect would replay it.
+		limit := maxDiscardFrames * min(c.cfg.MaxFrameBytes, math.MaxInt64/maxDiscardFrames)
+		rest, err := io.Copy(io.Discard, io.LimitReader(r, limit))
 		n += rest
 		if err != nil {
 			c.m.bytesReceived(int(n))
 			return 0, false, c.corrupt(err)
 		}
+		abandoned = rest == limit
 	}
 	c.m.bytesReceived(int(n))
 	return typ, truncated, nil
