@@ -134,3 +134,31 @@ func TestClientDoesNotInflateTheRestOfAnOversizedFrame(t *testing.T) {
 		t.Errorf("%d dials, want 1", n)
 	}
 }
+
+// A corrupt compressed message that never ends, pinging between its
+// frames, still ends the session at ReadTimeout: the rest of the message
+// is skipped under its own deadline.
+func TestClientEndlessCorruptCompressedFrameEndsTheSession(t *testing.T) {
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if n > 0 {
+			holdOpen(conn)
+			return
+		}
+		raw := conn.UnderlyingConn()
+		if _, err := raw.Write(rawFrame(0x41, []byte{0xff, 0xff})); err != nil {
+			return
+		}
+		chunk := rawFrame(0x00, bytes.Repeat([]byte{0xff}, 8<<10))
+		for {
+			if _, err := raw.Write(chunk); err != nil {
+				return
+			}
+			if _, err := raw.Write([]byte{0x89, 0x00}); err != nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	startClient(t, Config{URLs: []string{srv.url}, Compression: true, ReadTimeout: 200 * time.Millisecond}, fixed(Position{}), 10)
+	waitFor(t, "a redial after the endless message's read timeout", func() bool { return len(srv.dials()) >= 2 })
+}

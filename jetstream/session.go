@@ -248,12 +248,12 @@ const maxDiscardFrames = 16
 // the deadline, so a server sending one endless message cannot hold the
 // session (keepalive).
 func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer, inMessage *bool) (typ int, truncated bool, err error) {
-	// A message left unread (abandoned, below) is still in progress: the
-	// NextReader below skips its rest under its own deadline, and the
-	// pings read meanwhile renew nothing (inMessage stayed set), so an
-	// endless one still ends the session. The wait for the next message
-	// after it falls under that deadline too: a quiet stream then
-	// redials, a cost only a message 16 caps long brings.
+	// A message left unread (abandoned below: too long, or corrupt) is
+	// still in progress: the NextReader below skips its rest under its
+	// own deadline, and the pings read meanwhile renew nothing (inMessage
+	// stayed set), so an endless one still ends the session. The wait
+	// for the next message after it falls under that deadline too: a
+	// quiet stream then redials, a cost only such a message brings.
 	skipping := *inMessage
 	if !skipping {
 		if err := conn.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout)); err != nil {
@@ -276,7 +276,9 @@ func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer, inMessage *b
 	n, err := buf.ReadFrom(io.LimitReader(r, c.cfg.MaxFrameBytes+1))
 	if err != nil {
 		c.m.bytesReceived(int(n))
-		return 0, false, c.corrupt(err)
+		err = c.corrupt(err)
+		abandoned = errors.Is(err, errCorruptMessage)
+		return 0, false, err
 	}
 	if n > c.cfg.MaxFrameBytes {
 		truncated = true
@@ -291,7 +293,9 @@ func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer, inMessage *b
 		n += rest
 		if err != nil {
 			c.m.bytesReceived(int(n))
-			return 0, false, c.corrupt(err)
+			err = c.corrupt(err)
+			abandoned = errors.Is(err, errCorruptMessage)
+			return 0, false, err
 		}
 		abandoned = rest == limit
 	}
