@@ -30,7 +30,7 @@ const (
 	notifyApplyTimeout = 4 * time.Second
 	// notifyConcurrency bounds the records of one call fetched at once;
 	// a record waiting for its PDS host's request slot (notifyPerHost)
-	// holds none of them.
+	// holds none of them, nor one waiting for them a host's (takeSlots).
 	notifyConcurrency = 8
 	// notifyGlobal and notifyPerHost bound the getRecord requests of all
 	// calls together, overall and to one PDS host: calls arrive in
@@ -258,13 +258,8 @@ func (n *notifier) fetch(ctx context.Context, it *notifyItem, sem chan struct{})
 	// (TestNotifyRecordsOnAHealthyPDSAreNotHeldBehindAHangingOne).
 	<-sem
 	held = false
-	release, err := n.limits.Acquire(ctx, host.Host)
-	if err == nil {
-		if held = takeSlot(ctx, sem); !held {
-			release()
-			err = ctx.Err()
-		}
-	}
+	release, err := n.takeSlots(ctx, host.Host, sem)
+	held = err == nil
 	if err != nil {
 		return fail(xrpc.NotifyErrUpstreamFailure, "timed out waiting for a request slot to "+host.Host)
 	}
@@ -300,6 +295,35 @@ func (n *notifier) fetch(ctx context.Context, it *notifyItem, sem chan struct{})
 		}
 	}
 	return nil
+}
+
+// takeSlots takes a request slot of host (n.limits) and one of the call's
+// slots (sem), and never waits for either holding the other: a record
+// holding a host's slot while it waited for a slot of its call, whose
+// slots were all in requests to hanging PDSes, kept every other call's
+// records on that host waiting for as long
+// (TestNotifyACallWaitingForItsSlotsHoldsNoHostSlotOfAnother). Each turn
+// of the loop waits for a slot to come free, so it does not spin.
+func (n *notifier) takeSlots(ctx context.Context, host string, sem chan struct{}) (release func(), err error) {
+	for {
+		release, err := n.limits.Acquire(ctx, host)
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case sem <- struct{}{}:
+			return release, nil
+		default:
+		}
+		release()
+		if !takeSlot(ctx, sem) {
+			return nil, ctx.Err()
+		}
+		if release, ok := n.limits.TryAcquire(host); ok {
+			return release, nil
+		}
+		<-sem
+	}
 }
 
 // takeSlot takes one of sem's slots, false if ctx ends first.

@@ -213,3 +213,97 @@ func TestNotifyRecordsOnAHealthyPDSAreNotHeldBehindAHangingOne(t *testing.T) {
 		t.Errorf("%d errors, want the hanging PDS's 17", len(a.res.Errors))
 	}
 }
+
+// A call whose fetch slots were all in requests to two hanging PDSes had
+// its records on a healthy PDS take that host's request slots
+// (notifyPerHost, shared by every call) and hold them, idle, while they
+// waited for a fetch slot of their own call: another call's record on
+// the healthy PDS then waited for a host slot until the first call's
+// fetch time (9 s) ran out. A record holds no host slot while it waits
+// for one of its call's.
+func TestNotifyACallWaitingForItsSlotsHoldsNoHostSlotOfAnother(t *testing.T) {
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unhang := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unhang)
+	var hangingAsked atomic.Int32
+	hangingPDS := func() *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hangingAsked.Add(1)
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	x, y := hangingPDS(), hangingPDS()
+	healthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if strings.HasPrefix(q.Get("repo"), "did:plc:ok") {
+			time.Sleep(100 * time.Millisecond) // the first call's records take a while
+		}
+		uri := fmt.Sprintf("at://%s/%s/%s", q.Get("repo"), q.Get("collection"), q.Get("rkey"))
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"uri":%q,"cid":%q,"value":{"$type":"app.bsky.feed.post","text":"x","createdAt":"2026-01-01T00:00:00Z"}}`,
+			uri, pdstest.FakeCID([]byte(uri)))
+	}))
+	t.Cleanup(healthy.Close)
+
+	n := newTestNotifier(t, healthy.URL, slog.New(slog.DiscardHandler))
+	n.resolver = hostResolver{"did:plc:x": x.URL, "did:plc:y": y.URL, "did:plc:ok": healthy.URL, "did:plc:other": healthy.URL}
+	// The first call: notifyPerHost records on each hanging PDS, which
+	// take all of its notifyConcurrency fetch slots, and the rest of its
+	// 25 on the healthy one.
+	var uris []syntax.ATURI
+	for i := range notifyPerHost {
+		uris = append(uris,
+			syntax.ATURI(fmt.Sprintf("at://did:plc:x%d/%s/3kaaaaaaaaa%02d", i, postNSID, i)),
+			syntax.ATURI(fmt.Sprintf("at://did:plc:y%d/%s/3kaaaaaaaaa%02d", i, postNSID, i)))
+	}
+	for i := len(uris); i < 25; i++ {
+		uris = append(uris, syntax.ATURI(fmt.Sprintf("at://did:plc:ok%d/%s/3kaaaaaaaaa%02d", i, postNSID, i)))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := n.NotifyOfUpdate(ctx, uris)
+		first <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for hangingAsked.Load() < 2*notifyPerHost {
+		if time.Now().After(deadline) {
+			t.Fatalf("the hanging PDSes were asked %d times, want %d", hangingAsked.Load(), 2*notifyPerHost)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // the first call's healthy records wait for its slots
+
+	// Another call, for one record on the healthy PDS.
+	other := syntax.ATURI(fmt.Sprintf("at://did:plc:other/%s/3kaaaaaaaaa99", postNSID))
+	type answer struct {
+		res xrpc.NotifyResult
+		err error
+	}
+	second := make(chan answer, 1)
+	start := time.Now()
+	go func() {
+		res, err := n.NotifyOfUpdate(ctx, []syntax.ATURI{other})
+		second <- answer{res, err}
+	}()
+	select {
+	case a := <-second:
+		if a.err != nil || !slices.Equal(a.res.Indexed, []string{other.String()}) {
+			t.Errorf("the second call: %+v, %v; want its record indexed", a.res, a.err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Errorf("the second call's record on a healthy PDS not fetched within %v while the first call's records held that host's slots",
+			time.Since(start).Round(time.Millisecond))
+	}
+	unhang()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -63,3 +63,41 @@ func (l *Limiter) Acquire(ctx context.Context, host string) (release func(), err
 		done()
 	}, nil
 }
+
+// TryAcquire takes a global and a host slot if both are free now, without
+// waiting; ok is false, and nothing is held, otherwise.
+func (l *Limiter) TryAcquire(host string) (release func(), ok bool) {
+	l.mu.Lock()
+	h := l.hosts[host]
+	if h == nil {
+		h = &hostSlots{slots: make(chan struct{}, l.perHost)}
+		l.hosts[host] = h
+	}
+	h.users++
+	l.mu.Unlock()
+	done := func() {
+		l.mu.Lock()
+		if h.users--; h.users == 0 {
+			delete(l.hosts, host)
+		}
+		l.mu.Unlock()
+	}
+	select {
+	case h.slots <- struct{}{}:
+	default:
+		done()
+		return nil, false
+	}
+	select {
+	case l.global <- struct{}{}:
+	default:
+		<-h.slots
+		done()
+		return nil, false
+	}
+	return func() {
+		<-l.global
+		<-h.slots
+		done()
+	}, true
+}
