@@ -422,17 +422,33 @@ func TestCursorResetWhileRunning(t *testing.T) {
 	js.Append(jetstreamtest.Post(user("carol"), "p1", t0+60_000_000, "one"))
 	td.waitCursor(t, t0+60_000_000)
 
+	resetTo := time.UnixMicro(t0 + 10_000_000)
+	before := len(js.Queries())
+	resetStreamCursor(t, cfg, resetTo)
+	js.Append(jetstreamtest.Post(user("carol"), "p2", t0+61_000_000, "two"))
+	checkReconnectedFrom(t, js, cfg, before, resetTo)
+	td.waitCursor(t, t0+61_000_000)
+}
+
+// resetStreamCursor resets the stream cursor to `to` as the operator's
+// command does, from another store on the file.
+func resetStreamCursor(t *testing.T, cfg Config, to time.Time) {
+	t.Helper()
 	tool, err := OpenStore(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resetTo := time.UnixMicro(t0 + 10_000_000)
-	if _, err := tool.ResetJetstream(context.Background(), resetTo, "ops", time.Now()); err != nil {
+	defer tool.Close()
+	if _, err := tool.ResetJetstream(context.Background(), to, "ops", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	tool.Close()
-	before := len(js.Queries())
-	js.Append(jetstreamtest.Post(user("carol"), "p2", t0+61_000_000, "two"))
+}
+
+// checkReconnectedFrom waits for the consumer's first connection after
+// the before-th and checks it asked for the reset position less the
+// rewind.
+func checkReconnectedFrom(t *testing.T, js *jetstreamtest.Server, cfg Config, before int, resetTo time.Time) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for len(js.Queries()) == before {
 		if time.Now().After(deadline) {
@@ -444,7 +460,6 @@ func TestCursorResetWhileRunning(t *testing.T) {
 	if want := fmt.Sprint(resetTo.UnixMicro() - cfg.Jetstream.Rewind.Microseconds()); q.Get("cursor") != want {
 		t.Errorf("reconnected with cursor %s, want the reset position minus the rewind %s", q.Get("cursor"), want)
 	}
-	td.waitCursor(t, t0+61_000_000)
 }
 
 // TestCursorResetOnASilentStream: a reset made while no event arrives is
@@ -464,32 +479,15 @@ func TestCursorResetOnASilentStream(t *testing.T) {
 	js.Append(jetstreamtest.Post(user("carol"), "p1", t0+60_000_000, "one"))
 	td.waitCursor(t, t0+60_000_000)
 
-	tool, err := OpenStore(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	resetTo := time.UnixMicro(t0 + 70_000_000)
 	if rewind := cfg.Jetstream.Rewind; resetTo.Add(-rewind).UnixMicro() <= t0+60_000_000 {
 		t.Fatalf("setup: a rewind of %v replays the event before the reset position", rewind)
 	}
 	before := len(js.Queries())
-	if _, err := tool.ResetJetstream(context.Background(), resetTo, "ops", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	tool.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(js.Queries()) == before {
-		if time.Now().After(deadline) {
-			t.Fatal("daemon did not reconnect after a reset on a silent stream")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	resetStreamCursor(t, cfg, resetTo)
+	checkReconnectedFrom(t, js, cfg, before, resetTo)
 	if got := td.Store().Cursor().TimeUS; got != resetTo.UnixMicro() {
 		t.Errorf("cursor = %d, want the reset position %d", got, resetTo.UnixMicro())
-	}
-	q := js.Queries()[len(js.Queries())-1]
-	if want := fmt.Sprint(resetTo.UnixMicro() - cfg.Jetstream.Rewind.Microseconds()); q.Get("cursor") != want {
-		t.Errorf("reconnected with cursor %s, want the reset position minus the rewind %s", q.Get("cursor"), want)
 	}
 	// The stream goes on from there under the reset's generation.
 	js.Append(jetstreamtest.Post(user("carol"), "p2", t0+71_000_000, "two"))

@@ -29,30 +29,9 @@ func TestClientDropsACorruptCompressedFrame(t *testing.T) {
 }
 
 func testCorruptCompressedFrame(t *testing.T, raw []byte) {
-	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
-		if !send(conn, followFrame) {
-			return
-		}
-		if _, err := conn.UnderlyingConn().Write(raw); err != nil {
-			return
-		}
-		if send(conn, postFrame) {
-			holdOpen(conn)
-		}
-	})
+	srv := serveBetweenEvents(t, raw)
 	h := startClient(t, Config{URLs: []string{srv.url}, Compression: true}, fixed(Position{}), 10)
-	if ev := h.next(t); ev.TimeUS != 1795975616983633 {
-		t.Fatalf("first event %+v, want the follow", ev)
-	}
-	for i := 0; ; i++ {
-		ev := h.next(t)
-		if ev.TimeUS == 1795975616991124 {
-			break
-		}
-		if i == 3 {
-			t.Fatalf("the post after the corrupt frame never came (last %+v, %d dials)", ev, len(srv.dials()))
-		}
-	}
+	h.waitFollowThenPost(t, srv, "corrupt frame")
 	if got := testutil.ToFloat64(h.metrics.dropped.WithLabelValues(ReasonBadCompression)); got != 1 {
 		t.Errorf("dropped{%s} = %v, want 1", ReasonBadCompression, got)
 	}
@@ -102,31 +81,10 @@ func rawFrame(b0 byte, payload []byte) []byte {
 // read timeout the session ended, and every reconnect replayed it.
 func TestClientDoesNotInflateTheRestOfAnOversizedFrame(t *testing.T) {
 	bomb := rawFrame(0xc1, deflateBomb(t, 4<<30))
-	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
-		if !send(conn, followFrame) {
-			return
-		}
-		if _, err := conn.UnderlyingConn().Write(bomb); err != nil {
-			return
-		}
-		if send(conn, postFrame) {
-			holdOpen(conn)
-		}
-	})
+	srv := serveBetweenEvents(t, bomb)
 	cfg := Config{URLs: []string{srv.url}, Compression: true, MaxFrameBytes: 1 << 20, ReadTimeout: time.Second}
 	h := startClient(t, cfg, fixed(Position{}), 10)
-	if ev := h.next(t); ev.TimeUS != 1795975616983633 {
-		t.Fatalf("first event %+v, want the follow", ev)
-	}
-	for i := 0; ; i++ {
-		ev := h.next(t)
-		if ev.TimeUS == 1795975616991124 {
-			break
-		}
-		if i == 3 {
-			t.Fatalf("the post after the oversized frame never came (%d dials)", len(srv.dials()))
-		}
-	}
+	h.waitFollowThenPost(t, srv, "oversized frame")
 	if got := testutil.ToFloat64(h.metrics.dropped.WithLabelValues(ReasonFrameTooLarge)); got != 1 {
 		t.Errorf("dropped{%s} = %v, want 1", ReasonFrameTooLarge, got)
 	}
@@ -161,4 +119,40 @@ func TestClientEndlessCorruptCompressedFrameEndsTheSession(t *testing.T) {
 	})
 	startClient(t, Config{URLs: []string{srv.url}, Compression: true, ReadTimeout: 200 * time.Millisecond}, fixed(Position{}), 10)
 	waitFor(t, "a redial after the endless message's read timeout", func() bool { return len(srv.dials()) >= 2 })
+}
+
+// serveBetweenEvents serves a follow, then raw written as it is (a frame
+// built by hand), then a post, and holds the connection open.
+func serveBetweenEvents(t *testing.T, raw []byte) *fakeServer {
+	t.Helper()
+	return newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if !send(conn, followFrame) {
+			return
+		}
+		if _, err := conn.UnderlyingConn().Write(raw); err != nil {
+			return
+		}
+		if send(conn, postFrame) {
+			holdOpen(conn)
+		}
+	})
+}
+
+// waitFollowThenPost checks the client hands over serveBetweenEvents'
+// follow, then its post, within a few events: what came between did not
+// stall the stream.
+func (h *harness) waitFollowThenPost(t *testing.T, srv *fakeServer, between string) {
+	t.Helper()
+	if ev := h.next(t); ev.TimeUS != 1795975616983633 {
+		t.Fatalf("first event %+v, want the follow", ev)
+	}
+	for i := 0; ; i++ {
+		ev := h.next(t)
+		if ev.TimeUS == 1795975616991124 {
+			return
+		}
+		if i == 3 {
+			t.Fatalf("the post after the %s never came (last %+v, %d dials)", between, ev, len(srv.dials()))
+		}
+	}
 }
