@@ -65,11 +65,7 @@ func TestNotifyBoundsRequestsPerPDSAcrossCalls(t *testing.T) {
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
 		time.Sleep(20 * time.Millisecond)
-		q := r.URL.Query()
-		uri := fmt.Sprintf("at://%s/%s/%s", q.Get("repo"), q.Get("collection"), q.Get("rkey"))
-		body := `{"$type":"app.bsky.feed.post","text":"x","createdAt":"2026-01-01T00:00:00Z"}`
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"uri":%q,"cid":%q,"value":%s}`, uri, pdstest.FakeCID([]byte(uri)), body)
+		answerPost(w, r)
 	}))
 	t.Cleanup(srv.Close)
 
@@ -158,11 +154,7 @@ func TestNotifyRecordsOnAHealthyPDSAreNotHeldBehindAHangingOne(t *testing.T) {
 	var healthyAsked atomic.Int32
 	healthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		healthyAsked.Add(1)
-		q := r.URL.Query()
-		uri := fmt.Sprintf("at://%s/%s/%s", q.Get("repo"), q.Get("collection"), q.Get("rkey"))
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"uri":%q,"cid":%q,"value":{"$type":"app.bsky.feed.post","text":"x","createdAt":"2026-01-01T00:00:00Z"}}`,
-			uri, pdstest.FakeCID([]byte(uri)))
+		answerPost(w, r)
 	}))
 	t.Cleanup(healthy.Close)
 
@@ -244,10 +236,7 @@ func TestNotifyACallWaitingForItsSlotsHoldsNoHostSlotOfAnother(t *testing.T) {
 		if strings.HasPrefix(q.Get("repo"), "did:plc:ok") {
 			time.Sleep(100 * time.Millisecond) // the first call's records take a while
 		}
-		uri := fmt.Sprintf("at://%s/%s/%s", q.Get("repo"), q.Get("collection"), q.Get("rkey"))
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"uri":%q,"cid":%q,"value":{"$type":"app.bsky.feed.post","text":"x","createdAt":"2026-01-01T00:00:00Z"}}`,
-			uri, pdstest.FakeCID([]byte(uri)))
+		answerPost(w, r)
 	}))
 	t.Cleanup(healthy.Close)
 
@@ -306,4 +295,13 @@ func TestNotifyACallWaitingForItsSlotsHoldsNoHostSlotOfAnother(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// answerPost answers a getRecord with a post at the URI asked for.
+func answerPost(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	uri := fmt.Sprintf("at://%s/%s/%s", q.Get("repo"), q.Get("collection"), q.Get("rkey"))
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"uri":%q,"cid":%q,"value":{"$type":"app.bsky.feed.post","text":"x","createdAt":"2026-01-01T00:00:00Z"}}`,
+		uri, pdstest.FakeCID([]byte(uri)))
 }

@@ -2,6 +2,7 @@ package backfill
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -664,5 +665,23 @@ func TestAViewerWhosePDSAlwaysRateLimitsIsGivenUp(t *testing.T) {
 	}
 	if n := w.pds.Requests(viewer, followNSID); n > 2 {
 		t.Errorf("the always-429 PDS was asked %d times, want at most MaxAttempts (2)", n)
+	}
+}
+
+// liveFollowChange is the stream's create of a follow of whom by who.
+func liveFollowChange(who, whom syntax.DID) feeds.Change {
+	return feeds.Change{
+		DID: who, Collection: followNSID, RKey: tid(1), Op: feeds.OpCreate, Rev: tid(1).String(),
+		CID: "bafyfollow", Subject: whom, TimeUS: 1,
+		Record: json.RawMessage(fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q}`, whom)),
+	}
+}
+
+// liveFollow applies liveFollowChange as a batch of the stream.
+func (w *world) liveFollow(t *testing.T, who, whom syntax.DID) {
+	t.Helper()
+	if _, err := w.store.ApplyBatch(context.Background(), &feeds.Batch{Changes: []feeds.Change{liveFollowChange(who, whom)},
+		Cursor: feeds.StreamCursor{TimeUS: 1}}); err != nil {
+		t.Fatal(err)
 	}
 }

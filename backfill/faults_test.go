@@ -2,7 +2,6 @@ package backfill
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -366,12 +365,7 @@ func TestLiveFollowsBacklogSurvivesALostQueue(t *testing.T) {
 	w.post(acct, 10)
 	ctx := context.Background()
 	w.svc.Ensure(ctx, viewer, "following", "test") // no follows yet: an empty feed
-	follow := feeds.Change{
-		DID: viewer, Collection: followNSID, RKey: tid(1), Op: feeds.OpCreate, Rev: tid(1).String(),
-		CID: "bafyfollow", Subject: acct, TimeUS: 1,
-		Record: json.RawMessage(fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q}`, acct)),
-	}
-	res, err := w.store.ApplyBatch(ctx, &feeds.Batch{Changes: []feeds.Change{follow}, Cursor: feeds.StreamCursor{TimeUS: 1}})
+	res, err := w.store.ApplyBatch(ctx, &feeds.Batch{Changes: []feeds.Change{liveFollowChange(viewer, acct)}, Cursor: feeds.StreamCursor{TimeUS: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,8 @@ package backfill
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
-
-	"github.com/atfeeds/appview/feeds"
 )
 
 // A viewer follows an account on the live stream; the retry loop lists the
@@ -22,14 +18,7 @@ func TestABacklogListedJustBeforeAStopStillReachesTheFollowersFeed(t *testing.T)
 	w.post(acct, 10)
 	ctx := context.Background()
 	w.svc.Ensure(ctx, viewer, "following", "test") // no follows yet: an empty feed
-	follow := feeds.Change{
-		DID: viewer, Collection: followNSID, RKey: tid(1), Op: feeds.OpCreate, Rev: tid(1).String(),
-		CID: "bafyfollow", Subject: acct, TimeUS: 1,
-		Record: json.RawMessage(fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q}`, acct)),
-	}
-	if _, err := w.store.ApplyBatch(ctx, &feeds.Batch{Changes: []feeds.Change{follow}, Cursor: feeds.StreamCursor{TimeUS: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	w.liveFollow(t, viewer, acct)
 
 	// The shutdown lands once the listing's last page has committed.
 	runCtx, stop := context.WithCancel(ctx)
