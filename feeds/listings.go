@@ -400,7 +400,7 @@ func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, listingRev
 		// end complete without it; retention reopens complete listings
 		// only (retainListing).
 		res, err := w.tx.ExecContext(w.ctx, `UPDATE records SET indexed_us = ?2 WHERE id = ?1 AND indexed_us < ?2`,
-			id, w.s.Cursor().TimeUS)
+			id, listedStreamTime(w.s.Cursor().TimeUS, now))
 		if err != nil {
 			return false, fmt.Errorf("refresh listed record: %w", err)
 		}
@@ -427,7 +427,7 @@ func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, listingRev
 	// retired at the next lap, before the first read or merge that
 	// listed it put it into a feed, and the listing would end complete
 	// with a hole.
-	retainFrom := max(indexed, w.s.Cursor().TimeUS)
+	retainFrom := max(indexed, listedStreamTime(w.s.Cursor().TimeUS, now))
 	id, _, err = w.insertRecord(w.s.stmts.insertRecord, actorID, collID, string(r.RKey), r.CID, "",
 		c.SortKey(), retainFrom, r.CreatedAtUS, string(r.Value))
 	if err != nil {
@@ -497,6 +497,20 @@ func (w *txWriter) listedTombstone(actorID, collID int64, rkey syntax.RecordKey,
 // listedIndexTime stands in for the event time a listed record never had:
 // the time in its TID record key (when the repo wrote it), else its
 // createdAt, never later than now.
+// listedStreamTime is the stream time a listed record ages from: the
+// stream cursor, or, before the stream has ever moved it (a new database
+// listed by an operator's backfill, or a first read before the daemon's
+// first batch), the listing's own time. Aged from a cursor of 0, a listed
+// post older than the retention window was retired at the stream's first
+// lap, behind a listing still in progress, which then ended complete
+// without it (TestAListingBeforeAnyStreamTimeKeepsItsRecordsAWindow).
+func listedStreamTime(cursorUS int64, now time.Time) int64 {
+	if cursorUS == 0 {
+		return now.UnixMicro()
+	}
+	return cursorUS
+}
+
 func listedIndexTime(r *ListedRecord, now time.Time) int64 {
 	nowUS := now.UnixMicro()
 	t := nowUS
