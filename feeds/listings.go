@@ -494,9 +494,6 @@ func (w *txWriter) listedTombstone(actorID, collID int64, rkey syntax.RecordKey,
 	return false, true, nil
 }
 
-// listedIndexTime stands in for the event time a listed record never had:
-// the time in its TID record key (when the repo wrote it), else its
-// createdAt, never later than now.
 // listedStreamTime is the stream time a listed record ages from: the
 // stream cursor, or, before the stream has ever moved it (a new database
 // listed by an operator's backfill, or a first read before the daemon's
@@ -511,6 +508,9 @@ func listedStreamTime(cursorUS int64, now time.Time) int64 {
 	return cursorUS
 }
 
+// listedIndexTime stands in for the event time a listed record never had:
+// the time in its TID record key (when the repo wrote it), else its
+// createdAt, never later than now.
 func listedIndexTime(r *ListedRecord, now time.Time) int64 {
 	nowUS := now.UnixMicro()
 	t := nowUS
