@@ -45,6 +45,14 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 			run.Outcome = "gone"
 		}
 	}
+	if run.Skipped > 0 {
+		// Hostile or broken records: counted, and one line a run, also
+		// when the run was cut off after them: the next run resumes past
+		// the pages it committed and never sees them again
+		// (TestRecordsDroppedByAListingCutOffAreCounted).
+		s.metrics.droppedRecords(kind, run.Skipped)
+		s.log.Info("dropped malformed listed records", "account", account, "collection", coll, "dropped", run.Skipped)
+	}
 	if ourContextEnded(ctx, err) {
 		return err
 	}
@@ -52,11 +60,6 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 		s.log.Warn("record sync run", "err", rerr)
 	}
 	s.metrics.run(kind, run.Outcome, run.Duration)
-	if run.Skipped > 0 {
-		// Hostile or broken records: counted, and one line a run.
-		s.metrics.droppedRecords(kind, run.Skipped)
-		s.log.Info("dropped malformed listed records", "account", account, "collection", coll, "dropped", run.Skipped)
-	}
 	return err
 }
 
