@@ -417,6 +417,12 @@ type accountRun struct {
 	// cutOff: the fetch ended because its owner's context did (a run
 	// timeout, a shutdown), not for anything the PDS did.
 	cutOff bool
+	// noFollower: a page found that no viewer followed the account, and
+	// stored nothing. A caller who joined the run may follow it since
+	// (its first read's follow listing stored the follow after that
+	// page): it lists the account itself
+	// (TestAJoinerOfAListingThatFoundNoFollowerListsItItself).
+	noFollower bool
 }
 
 // ensureAccount fetches an account's newest targets of one collection
@@ -426,6 +432,7 @@ type accountRun struct {
 // caller's feed is not built without it.
 func (s *Service) ensureAccount(ctx context.Context, account syntax.DID, coll syntax.NSID) error {
 	key := accountKey{account, coll}
+	relisted := false
 	for {
 		s.mu.Lock()
 		r, ok := s.accounts[key]
@@ -442,6 +449,10 @@ func (s *Service) ensureAccount(ctx context.Context, account syntax.DID, coll sy
 			if r.cutOff && ctx.Err() == nil {
 				continue
 			}
+			if r.noFollower && !relisted && ctx.Err() == nil {
+				relisted = true
+				continue
+			}
 			return r.err
 		case <-ctx.Done():
 			return ctx.Err()
@@ -453,6 +464,9 @@ func (s *Service) ensureAccount(ctx context.Context, account syntax.DID, coll sy
 func (s *Service) ownAccountRun(ctx context.Context, key accountKey, r *accountRun) error {
 	account, coll := key.account, key.collection
 	r.err = s.ensureListing(ctx, account, coll, s.cfg.Depth, "targets")
+	if errors.Is(r.err, errNoFollower) {
+		r.err, r.noFollower = nil, true
+	}
 	r.cutOff = ourContextEnded(ctx, r.err)
 	s.mu.Lock()
 	delete(s.accounts, key)

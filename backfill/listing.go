@@ -38,6 +38,10 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 	// (pageSpan). A target listing stops at a short page: its depth is
 	// the newest posts, and older ones are not worth the request.
 	err = s.list(ctx, account, coll, maxRecords, kind == "follows", st, &run)
+	noFollower := errors.Is(err, errNoFollower)
+	if noFollower {
+		err = nil
+	}
 	run.Duration = s.cfg.Now().Sub(run.Started)
 	if err != nil {
 		run.Outcome, run.Error = "error", err.Error()
@@ -60,8 +64,18 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 		s.log.Warn("record sync run", "err", rerr)
 	}
 	s.metrics.run(kind, run.Outcome, run.Duration)
+	if noFollower {
+		return errNoFollower
+	}
 	return err
 }
+
+// errNoFollower ends a target listing whose page found that no viewer
+// follows the account any more: it stored nothing, and is no failure.
+// Callers that shared the run (ensureAccount) list the account again
+// themselves: one whose viewer has just followed it must not take this
+// run's end for its records being stored.
+var errNoFollower = errors.New("no viewer follows the account")
 
 // notDueError says a listing failed before and is not due for another
 // attempt yet. A first read that needs it waits for it rather than
@@ -164,10 +178,13 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		run.Pages++
 		run.Written += res.Written
 		s.metrics.reconciled(res.Removed, res.Restored, res.Edited)
-		if res.NotViewer || res.NotFollowed {
-			// The account no longer reads a feed these follows build, or
-			// no viewer follows it any more.
+		if res.NotViewer {
+			// The account no longer reads a feed these follows build.
 			return nil
+		}
+		if res.NotFollowed {
+			// No viewer follows it any more: nothing of it is stored.
+			return errNoFollower
 		}
 		if res.AccountDeleted || res.Stale {
 			// Deleted since the run began, or another run is ahead of us
