@@ -49,11 +49,14 @@ type PDSWorldConfig struct {
 // distinct subjects of its listed follows other than itself; its feed is
 // the listed posts of its followees, newest position first, up to the
 // cap, where a post's position is min(TID time, createdAt) and its
-// indexed time the TID time.
+// indexed time the TID time, or the time a listing stored it when later
+// (indexedOK).
 type PDSWorld struct {
 	Config PDSWorldConfig
 	PLC    *plctest.Server
 	PDSes  []*pdstest.Server
+	// madeUS is when the world was made, before any run listed a record.
+	madeUS int64
 
 	accounts map[string]int32 // DID → index, registered or not
 	// follows and posts hold each account's records, newest key first.
@@ -113,7 +116,17 @@ func NewPDSWorld(cfg PDSWorldConfig) *PDSWorld {
 	for a := range w.posts {
 		slices.SortFunc(w.posts[a], func(x, y worldPost) int { return cmp.Compare(y.rkey, x.rkey) })
 	}
+	w.madeUS = time.Now().UnixMicro()
 	return w
+}
+
+// indexedOK says whether got is a listed post's indexed time, stored or
+// served, for one whose TID time is want. Jetstream is silent, so the
+// stream never moves the cursor, and a listing stores a post at its own
+// time, a later listing of it moving it on (feeds.listedStreamTime):
+// not before want nor the world's making, and not after now.
+func (w *PDSWorld) indexedOK(got, want int64) bool {
+	return got >= max(want, w.madeUS) && got <= time.Now().UnixMicro()
 }
 
 // Close stops the servers.
