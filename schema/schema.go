@@ -107,6 +107,20 @@ func apply(ctx context.Context, db *sql.DB, m Migration) error {
 		return err
 	}
 	defer tx.Rollback()
+	// Version was read before this transaction took the write lock, and
+	// another process (a daemon starting beside an operator command that
+	// made the file) may have applied the step since: read it again here
+	// and leave a step already applied as it is.
+	var v int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if v > Latest() {
+		return fmt.Errorf("database schema version %d is newer than this build supports (%d): upgrade the daemon", v, Latest())
+	}
+	if v >= m.Version {
+		return nil
+	}
 	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"strings"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 )
@@ -133,5 +134,48 @@ func TestRecordsByKeyLeadsWithTheRKey(t *testing.T) {
 	}
 	if _, err := db.Exec(insert, 2, "3kbbbbbbbbbb2"); err != nil {
 		t.Errorf("another author's record under the same rkey: %v, want it stored", err)
+	}
+}
+
+// TestTwoProcessesMigratingOneFileBothSucceed: the version is read before
+// a step's transaction, so a process that read it while another held the
+// write lock applied steps the other had applied meanwhile ("table actors
+// already exists"), failing a daemon that started as an operator command
+// (appview backfill) made the file. Each step reads the version again
+// under the write lock and leaves a step already applied as it is.
+func TestTwoProcessesMigratingOneFileBothSucceed(t *testing.T) {
+	path := t.TempDir() + "/s.db"
+	open := func() *sql.DB {
+		t.Helper()
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(wal)&_txlock=immediate")
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(1)
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	ctx := context.Background()
+	holder := open()
+	tx, err := holder.BeginTx(ctx, nil) // holds the write lock: both read version 0, then wait
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		db := open()
+		go func() { errs <- Migrate(ctx, db) }()
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("migrate beside another: %v", err)
+		}
+	}
+	if got := version(t, holder); got != Latest() {
+		t.Fatalf("user_version = %d, want %d", got, Latest())
 	}
 }
