@@ -79,20 +79,30 @@ func (w *txWriter) applyFollow(c *Change, collID int64) error {
 			return fmt.Errorf("update follow: %w", err)
 		}
 		if subjectID != oldSubject {
-			if err := w.unfollowed(actorID, collID, oldSubject); err != nil {
+			if err := w.movedFollow(actorID, collID, oldSubject, subjectID); err != nil {
 				return err
-			}
-			if err := w.followed(actorID, collID, subjectID); err != nil {
-				return err
-			}
-			if !w.s.indexAll && actorID != subjectID {
-				if err := w.enteredScope(subjectID, collID); err != nil {
-					return err
-				}
 			}
 		}
 	}
 	w.res.Applied++
+	return nil
+}
+
+// movedFollow keeps the follower's feeds right when one of its follow
+// records changed subject: the old subject's records leave (unless another
+// follow of it remains), the new one's are merged in, and the new subject
+// may have entered the scope. The stream's update and a listing that
+// found the change the stream missed (takeListedSubject) both end here.
+func (w *txWriter) movedFollow(actorID, collID, oldSubject, subjectID int64) error {
+	if err := w.unfollowed(actorID, collID, oldSubject); err != nil {
+		return err
+	}
+	if err := w.followed(actorID, collID, subjectID); err != nil {
+		return err
+	}
+	if !w.s.indexAll && actorID != subjectID {
+		return w.enteredScope(subjectID, collID)
+	}
 	return nil
 }
 

@@ -361,7 +361,8 @@ func (w *txWriter) listFollow(actorID, collID int64, r *ListedRecord, listingRev
 // last real follow of it was deleted, while the new subject's never came
 // (TestAListedFollowTakesASubjectTheStreamMissed).
 // The stored revision stays, so the stream's own events still apply over
-// it. The change is applied as the stream's update to another subject is.
+// it. The change is applied as the stream's update to another subject is
+// (movedFollow).
 func (w *txWriter) takeListedSubject(actorID, collID, storedSubject int64, storedRev string, r *ListedRecord, listingRev string) error {
 	if listingRev == "" || storedRev >= listingRev || notifiedSince(storedRev, syntax.TID(listingRev).Time().UnixMicro()) {
 		return nil
@@ -374,16 +375,7 @@ func (w *txWriter) takeListedSubject(actorID, collID, storedSubject int64, store
 		return fmt.Errorf("take listed follow subject: %w", err)
 	}
 	w.listedEdits++
-	if err := w.unfollowed(actorID, collID, storedSubject); err != nil {
-		return err
-	}
-	if err := w.followed(actorID, collID, subjectID); err != nil {
-		return err
-	}
-	if !w.s.indexAll && actorID != subjectID {
-		return w.enteredScope(subjectID, collID)
-	}
-	return nil
+	return w.movedFollow(actorID, collID, storedSubject, subjectID)
 }
 
 func (w *txWriter) listRecord(actorID, collID int64, r *ListedRecord, listingRev string, now time.Time, takeEdits bool) (bool, error) {
