@@ -49,7 +49,8 @@ type Config struct {
 	// larger frame is read to its end and discarded, not buffered.
 	MaxFrameBytes int64
 	// ReadTimeout ends a session that receives no frame, ping or pong for
-	// this long; default 60s (servers ping every 30s).
+	// this long, or only malformed frames; default 60s (servers ping every
+	// 30s).
 	ReadTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the wait between dials; default
 	// 250ms and 30s.

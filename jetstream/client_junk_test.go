@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // A frame the decoder drops as malformed (here a bad DID) used to hand its
@@ -72,5 +73,38 @@ func TestAMalformedFrameStampedAheadIsNotThePosition(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A host that sends frames, but never a valid one, used to keep the
+// session forever: every junk frame renewed the read deadline, the
+// position never moved, and the client never tried the next URL. A
+// session that reads no valid frame for ReadTimeout now ends, and one that
+// delivered nothing fails over (found by a review).
+func TestAHostSendingOnlyJunkFailsOver(t *testing.T) {
+	junkHost := newFakeServer(t, func(_ int, conn *websocket.Conn) {
+		for {
+			if !send(conn, `{"did":"not-a-did","time_us":1,"kind":"commit"}`) {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	goodHost := newFakeServer(t, func(_ int, conn *websocket.Conn) {
+		send(conn, deleteFrame)
+		holdOpen(conn)
+	})
+	h := startClient(t, Config{URLs: []string{junkHost.url, goodHost.url}, ReadTimeout: 300 * time.Millisecond}, fixed(Position{}), 10)
+	select {
+	case ev := <-h.out:
+		if ev.Host != goodHost.url {
+			t.Fatalf("event from %s, want the second host", ev.Host)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no event from the second host: %d dials to the junk host, %d to the good one",
+			len(junkHost.dials()), len(goodHost.dials()))
+	}
+	if got := testutil.ToFloat64(h.metrics.dropped.WithLabelValues(ReasonBadDID)); got == 0 {
+		t.Errorf("the junk frames were not counted as dropped")
 	}
 }

@@ -40,6 +40,12 @@ func (e *refusedError) Unwrap() error { return e.Err }
 // errRestart ends a session on Restart.
 var errRestart = errors.New("restart requested")
 
+// errOnlyJunk ends a session that read frames but no valid one for
+// ReadTimeout. Each frame renews the read deadline, so without it a host
+// sending nothing but junk would hold the client forever, the position
+// still, and never let it fail over.
+var errOnlyJunk = errors.New("no valid frame within the read timeout")
+
 // sessionResult says what a session delivered.
 type sessionResult struct {
 	delivered int
@@ -133,16 +139,27 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 	// A sequence cursor resumes on its own numbering; otherwise time_us
 	// tells a new event from a replay.
 	bySeq := pos.Seq > 0 && pos.Host == host
+	// lastValid is when the session connected or last read a valid frame.
+	lastValid := time.Now()
+	dropped := func(ev *Event, derr *DropError) error {
+		report.Dropped++
+		c.m.frameDropped(derr.Reason)
+		c.drops.log(host, ev, derr)
+		if time.Since(lastValid) > c.cfg.ReadTimeout {
+			endErr = errOnlyJunk
+			return endErr
+		}
+		return nil
+	}
 	for {
 		typ, truncated, err := c.readFrame(conn, &buf, &inMessage)
 		if errors.Is(err, errCorruptMessage) {
 			// The message's own fault: the connection's framing is
 			// intact, and the next message is decompressed on its own.
 			// Reconnecting instead would replay it forever.
-			report.Dropped++
-			derr := drop(ReasonBadCompression, err)
-			c.m.frameDropped(derr.Reason)
-			c.drops.log(host, &Event{}, derr)
+			if err := dropped(&Event{}, drop(ReasonBadCompression, err)); err != nil {
+				return res, err
+			}
 			continue
 		}
 		if err != nil {
@@ -184,11 +201,12 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 			// TestAMalformedFrameDoesNotSetTheResumeSequence). The good
 			// frames around it move the cursor; a reconnect that replays
 			// it drops it again.
-			report.Dropped++
-			c.m.frameDropped(derr.Reason)
-			c.drops.log(host, &ev, derr)
+			if err := dropped(&ev, derr); err != nil {
+				return res, err
+			}
 			continue
 		}
+		lastValid = time.Now()
 		c.m.eventReceived(&ev)
 
 		ev.Host = host
