@@ -146,6 +146,15 @@ func (sw *sweeper) sliceVisits(t Tick) int {
 	return int(min(visits, int64(sw.opts.Actors)*maxSliceScale))
 }
 
+// refundVisits gives back to the next tick the visits of a slice that
+// failed (the write lock held by another process past the busy timeout,
+// a stop): its transaction rolled back, so they were never made, and a
+// live stream's next tick, owed a fraction of a visit, would otherwise
+// run none and leave those feeds over cap until the next lap.
+func (sw *sweeper) refundVisits(visits int) {
+	sw.owedVisits += int64(visits) * int64(sw.opts.BatchEvents) * max(sw.rowsPerVisit, 1)
+}
+
 // grownShare is how many of a slice's visits the grown queue may walk:
 // half, and the odd visit of a slice to each queue in turn, so slices of
 // one visit (a slow stream) still serve grown feeds every other tick.
@@ -276,6 +285,9 @@ func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
 	}
 	if reason != "" {
 		if err := s.runSlice(ctx, reason, now, visits, &res); err != nil {
+			if t.Mutated {
+				sw.refundVisits(visits)
+			}
 			return res, fmt.Errorf("sweep slice: %w", err)
 		}
 	}

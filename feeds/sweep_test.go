@@ -483,6 +483,37 @@ func TestSweepLiveTicksVisitTheirShareOfABudget(t *testing.T) {
 	}
 }
 
+// A slice that fails (here its context ended; in the daemon, another
+// process's write lock held past the busy timeout) rolled back, so its
+// visits were never made. They used to be charged anyway: a live stream's
+// next tick, owed a fraction of a visit, ran none, and those feeds stayed
+// over cap until the next lap (a review suspected it). The next tick now
+// makes them.
+func TestSweepAFailedSliceGivesItsVisitsToTheNextTick(t *testing.T) {
+	// Cap 40: one visit per 10 rows; 4 visits per 10 events.
+	s := openSweep(t, t.TempDir()+"/appview.db", followingPosts(40), SweepOptions{Actors: 4, BatchEvents: 10})
+	var follows []Change
+	for i := range 12 {
+		follows = append(follows, follow(fmt.Sprintf("v%02d", i), "alice", "f", 1))
+	}
+	apply(t, s, append(follows, post("alice", "p0", 2))...)
+	settle(t, s, t0, false)
+
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.SweepTick(stopped, Tick{Now: t0, Mutated: true, Events: 10, Rows: 1}); err == nil {
+		t.Fatal("a slice with its context ended did not fail")
+	}
+	// 4 visits given back, and 1.2 of this batch's own.
+	r, err := s.SweepTick(context.Background(), Tick{Now: t0, Mutated: true, Events: 3, Rows: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Viewers != 5 {
+		t.Fatalf("the tick after a failed slice visited %d viewers, want 5 (the failed slice's 4 and its own 1)", r.Viewers)
+	}
+}
+
 // Slices of one visit, a slow stream's, give it to the grown queue and
 // the rolling cursor in turn: a grown feed is trimmed within two ticks,
 // not left for the rolling cursor's lap (40 ticks here) or an idle tick
