@@ -257,7 +257,7 @@ func TestASweepTickSkipsAForeignWriteLock(t *testing.T) {
 			// Held from the batch's commit until the tick gave up on it.
 			release := writelock.Hold(t, path)
 			released.Go(func() {
-				for !strings.Contains(logs.String(), "sweep tick skipped") {
+				for !strings.Contains(logs.String(), "sweep tick cut short") {
 					time.Sleep(20 * time.Millisecond)
 				}
 				release()

@@ -52,13 +52,16 @@ type ingester struct {
 }
 
 // tick runs one prune-sweep tick; a sweep failure is our own state broken.
-// A tick that found the write lock held by another process is skipped
-// (and says so): the sweep's cursor did not move, and the next tick goes
-// on from it.
+// A tick that found the write lock held by another process stops there
+// (and says so): what it had not committed is left for the next tick,
+// which goes on from the sweep's cursor. The slice may have run before
+// retention or the vacuum met the lock, so the log says how many feeds
+// it trimmed.
 func (in *ingester) tick(ctx context.Context, mutated bool, events int, rows int64) (feeds.SweepResult, error) {
 	res, err := in.store.SweepTick(ctx, feeds.Tick{Now: in.now(), Mutated: mutated, Events: events, Rows: rows})
 	if errors.Is(err, feeds.ErrWriteBusy) {
-		in.log.Warn("sweep tick skipped: another process holds the database's write lock")
+		in.log.Warn("sweep tick cut short: another process holds the database's write lock",
+			"viewers_trimmed", res.Viewers)
 		return feeds.SweepResult{}, nil
 	}
 	if err != nil {
