@@ -31,19 +31,21 @@ type rowQuerier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// noticeOtherWriters empties the record cache when another connection
-// committed since the last call. The caller holds writeMu.
+// noticeOtherWriters empties the record cache, and tells the sweep to read
+// the grown queue again, when another connection committed since the last
+// call. The caller holds writeMu.
 func (s *Store) noticeOtherWriters(ctx context.Context, q rowQuerier) error {
-	if s.recordCache == nil {
-		return nil
-	}
 	var v int64
 	if err := q.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v); err != nil {
 		return fmt.Errorf("read data_version: %w", err)
 	}
 	// Loaded after the query, which opened the connection if it is new.
 	conn := s.writerOpened.Load()
-	if s.dataVersionConn != 0 && (conn != s.dataVersionConn || v != s.dataVersion) {
+	changed := s.dataVersionConn != 0 && (conn != s.dataVersionConn || v != s.dataVersion)
+	if changed {
+		s.sweep.othersCommitted = true
+	}
+	if changed && s.recordCache != nil {
 		s.recordCache.forgetAll()
 		s.metrics.recordCacheForgotAll()
 	}

@@ -229,20 +229,25 @@ type SweepResult struct {
 
 // sweeper is the Store's sweep state, guarded by Store.writeMu.
 type sweeper struct {
-	opts           SweepOptions
-	stmts          *sweepStatements
-	state          *sweepState // nil until the first tick loads it
-	grownPending   bool
-	disabledLanes  []int64 // lanes that left the config: their rows are swept away
-	rowsPerVisit   int64   // row pace of the slices (sliceVisits)
-	owedVisits     int64   // the fraction of a visit owed to earlier ticks (sliceVisits' unit)
-	grownTakesOdd  bool    // the next slice of an odd number of visits gives the odd one to the grown queue
-	incremental    bool    // the file is in auto_vacuum=incremental mode
-	vacuumMore     bool
-	retainNextUS   int64 // stream time at which the next retention lap may start
-	retainMore     bool  // the last retention slice of records stopped short of the lap's end
-	tombstonesMore bool  // the last tombstone slice was full
-	probeBudget    int64 // feed-row probes one retention slice may make (retentionProbeBudget)
+	opts         SweepOptions
+	stmts        *sweepStatements
+	state        *sweepState // nil until the first tick loads it
+	grownPending bool
+	// othersCommitted is set when the writer noticed another process's
+	// commit (other_writers.go): an operator's backfill may have queued
+	// grown feeds, which grownPending, set from this process's commits,
+	// does not know of.
+	othersCommitted bool
+	disabledLanes   []int64 // lanes that left the config: their rows are swept away
+	rowsPerVisit    int64   // row pace of the slices (sliceVisits)
+	owedVisits      int64   // the fraction of a visit owed to earlier ticks (sliceVisits' unit)
+	grownTakesOdd   bool    // the next slice of an odd number of visits gives the odd one to the grown queue
+	incremental     bool    // the file is in auto_vacuum=incremental mode
+	vacuumMore      bool
+	retainNextUS    int64 // stream time at which the next retention lap may start
+	retainMore      bool  // the last retention slice of records stopped short of the lap's end
+	tombstonesMore  bool  // the last tombstone slice was full
+	probeBudget     int64 // feed-row probes one retention slice may make (retentionProbeBudget)
 }
 
 // SweepTick runs one tick of the sweep: at most one slice of up to
@@ -269,6 +274,14 @@ func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
 			return SweepResult{}, err
 		}
 	}
+	if sw := &s.sweep; sw.othersCommitted && !sw.grownPending {
+		var pending int
+		if err := sw.stmts.grownExists.QueryRowContext(ctx).Scan(&pending); err != nil {
+			return SweepResult{}, fmt.Errorf("read grown queue: %w", err)
+		}
+		sw.grownPending = pending == 1
+	}
+	s.sweep.othersCommitted = false
 	var res SweepResult
 	sw := &s.sweep
 	now := t.Now.UnixMicro()

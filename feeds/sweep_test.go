@@ -666,3 +666,42 @@ func TestSweepGrownAuthorsOutsideIndexAll(t *testing.T) {
 		t.Fatalf("a replayed post queued %d grown entries", n)
 	}
 }
+
+// Another process (an operator's `appview backfill`, whose follow merges
+// queue the viewers they grow) writes to the grown queue, which the
+// daemon's sweep only knew of from its own commits. On an idle stream no
+// slice ran for it until the next due pass, so the grown feeds stayed
+// over cap for up to a recovery interval (a review suspected it). An idle
+// tick that notices another process's commit now reads the queue again.
+func TestSweepAnIdleTickServesGrownFeedsAnotherProcessQueued(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	opts := SweepOptions{Actors: 2}
+	daemon := openSweep(t, path, followingPosts(2), opts)
+	var changes []Change
+	for i := range 4 {
+		changes = append(changes, follow(fmt.Sprintf("v%d", i), "alice", "f", 1))
+	}
+	changes = append(changes, post("alice", "p0", 10), post("alice", "p1", 11),
+		post("bob", "b1", 20), post("bob", "b2", 21), post("bob", "b3", 22))
+	apply(t, daemon, changes...)
+	settle(t, daemon, t0, false)
+	if r := tick(t, daemon, t0, false); r != (SweepResult{}) {
+		t.Fatalf("a settled sweep's idle tick did %+v", r)
+	}
+
+	other := openSweep(t, path, followingPosts(2), opts)
+	if res := apply(t, other, follow("v3", "bob", "fb", 30)); res.MergedRows != 3 {
+		t.Fatalf("the other process merged %d rows, want 3", res.MergedRows)
+	}
+	if q := querySQL[int](t, daemon, `SELECT count(*) FROM sweep_grown`); q != 1 {
+		t.Fatalf("%d grown entries queued, want the merged viewer", q)
+	}
+
+	r := tick(t, daemon, t0, false)
+	if r.Reason != SweepGrown || r.GrownViewers != 1 {
+		t.Fatalf("the idle tick after another process queued a grown feed did %+v, want it served", r)
+	}
+	if got := feedRKeys(t, daemon, "following", "v3", postNSID); !slices.Equal(got, []string{"b3", "b2"}) {
+		t.Fatalf("feed = %v, want it back at cap", got)
+	}
+}
