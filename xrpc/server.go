@@ -1,6 +1,7 @@
 // Package xrpc is the HTTP face of the appview: it serves the getFeed query,
-// /xrpc/_health and /metrics, and maps every failure to an XRPC error
-// envelope.
+// the probes, /status and /metrics (the last two on an admin server of
+// their own when the operator wants them private, admin.go), and maps
+// every failure to an XRPC error envelope.
 package xrpc
 
 import (
@@ -236,6 +237,18 @@ func NewServer(cfg Config) *Server {
 		s.feeds[f.Name] = f
 	}
 
+	e := s.newEcho()
+	e.Any("/xrpc/*", s.dispatch)
+	mountProbes(e, cfg.Ready)
+	e.GET(lexiconRoute, lexiconHandler(cfg.Namespace))
+	mountOperator(e, cfg.Status, cfg.Metrics)
+	s.serveWith(e, timeouts)
+	return s
+}
+
+// newEcho is the router every Server starts from: errors leave as XRPC
+// envelopes, panics are recovered, handlers are counted for Shutdown.
+func (s *Server) newEcho() *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -245,20 +258,19 @@ func NewServer(cfg Config) *Server {
 	e.IPExtractor = echo.ExtractIPDirect()
 	// Metrics outermost so that recovered panics are counted as 500s.
 	e.Use(s.track, s.measure, s.recoverPanics)
-	e.Any("/xrpc/*", s.dispatch)
-	// Probes may use HEAD (some load balancers do): the health and
-	// readiness answers' statuses, without their bodies.
-	e.GET(readyPath, readyHandler(cfg.Ready))
-	e.HEAD(readyPath, readyHandler(cfg.Ready))
-	e.GET(lexiconRoute, lexiconHandler(cfg.Namespace))
-	if cfg.Status != nil {
-		e.GET(statusPath, statusHandler(cfg.Status))
-	}
-	if cfg.Metrics != nil {
-		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
-	}
-	s.echo = e
+	return e
+}
 
+// mountProbes serves /readyz. Probes may use HEAD (some load balancers
+// do): the health and readiness answers' statuses, without their bodies.
+func mountProbes(e *echo.Echo, ready func(context.Context) error) {
+	e.GET(readyPath, readyHandler(ready))
+	e.HEAD(readyPath, readyHandler(ready))
+}
+
+// serveWith builds the http.Server that Serve and Shutdown run, around e.
+func (s *Server) serveWith(e *echo.Echo, timeouts Timeouts) {
+	s.echo = e
 	s.http = &http.Server{
 		Handler:           e,
 		ReadHeaderTimeout: timeouts.ReadHeader,
@@ -268,11 +280,10 @@ func NewServer(cfg Config) *Server {
 		// Large enough that an absurd query string (a 100 KB actor) reaches
 		// the router and gets an XRPC error instead of a bare 431.
 		MaxHeaderBytes: 256 << 10,
-		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorLog:       slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 		ConnState:      s.silent.track,
 	}
 	s.http.RegisterOnShutdown(s.silent.closeAll)
-	return s
 }
 
 // silentConns tracks connections in http.StateNew. http.Server.Shutdown

@@ -143,7 +143,12 @@ func testConfig(r FeedReader) Config {
 // cleanup shuts it down and checks that Serve returned nil.
 func serve(t *testing.T, cfg Config) string {
 	t.Helper()
-	s := NewServer(cfg)
+	return serveServer(t, NewServer(cfg))
+}
+
+// serveServer is serve for a Server already built.
+func serveServer(t *testing.T, s *Server) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
