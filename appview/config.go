@@ -108,11 +108,6 @@ type IngestConfig struct {
 	IndexAll bool `yaml:"index_all"`
 }
 
-// HTTPConfig describes the XRPC listener.
-type HTTPConfig struct {
-	Listen string `yaml:"listen"`
-}
-
 // XRPCConfig names the served methods.
 type XRPCConfig struct {
 	// Namespace is the NSID prefix of the methods: Namespace+".getFeed"

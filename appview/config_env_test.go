@@ -21,6 +21,7 @@ func TestEnvNames(t *testing.T) {
 		"APPVIEW_INGEST_BATCH_SIZE",
 		"APPVIEW_INGEST_INDEX_ALL",
 		"APPVIEW_HTTP_LISTEN",
+		"APPVIEW_HTTP_ADMIN_LISTEN",
 		"APPVIEW_XRPC_NAMESPACE",
 		"APPVIEW_LOG_LEVEL",
 	} {
@@ -199,6 +200,37 @@ func TestLoadConfigEnv(t *testing.T) {
 	}
 	if _, err := LoadConfigEnv(filepath.Join(dir, "missing.yaml"), nil); err == nil {
 		t.Error("missing file: no error")
+	}
+}
+
+// APPVIEW_HTTP_ADMIN_LISTEN sets http.admin_listen over the file, an
+// empty value turns it off again, and a value the file's listen already
+// takes is refused, naming the key and the variable.
+func TestAdminListenFromEnv(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte("http:\n  listen: \"127.0.0.1:8080\"\n  admin_listen: \"127.0.0.1:9090\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfigEnv(path, nil)
+	if err != nil || cfg.HTTP.AdminListen != "127.0.0.1:9090" {
+		t.Fatalf("from the file: %q, %v", cfg.HTTP.AdminListen, err)
+	}
+	cfg, err = LoadConfigEnv(path, []string{"APPVIEW_HTTP_ADMIN_LISTEN=[::1]:9100"})
+	if err != nil || cfg.HTTP.AdminListen != "[::1]:9100" {
+		t.Errorf("from the environment: %q, %v", cfg.HTTP.AdminListen, err)
+	}
+	cfg, err = LoadConfigEnv(path, []string{"APPVIEW_HTTP_ADMIN_LISTEN="})
+	if err != nil || cfg.HTTP.AdminListen != "" {
+		t.Errorf("turned off by the environment: %q, %v", cfg.HTTP.AdminListen, err)
+	}
+	_, err = LoadConfigEnv(path, []string{"APPVIEW_HTTP_ADMIN_LISTEN=127.0.0.1:8080"})
+	if err == nil || !strings.Contains(err.Error(), "with environment APPVIEW_HTTP_ADMIN_LISTEN") ||
+		!strings.Contains(err.Error(), "http.admin_listen: \"127.0.0.1:8080\": must differ from http.listen") {
+		t.Errorf("same as listen: %v", err)
+	}
+	_, err = LoadConfigEnv("", []string{"APPVIEW_HTTP_ADMIN_LISTEN=localhost"})
+	if err == nil || !strings.Contains(err.Error(), "http.admin_listen: must be host:port") {
+		t.Errorf("no port: %v", err)
 	}
 }
 

@@ -3,11 +3,9 @@ package appview
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -85,13 +83,7 @@ func (c Config) Validate() error {
 		fail("ingest.batch_interval", "must be positive")
 	}
 
-	if c.HTTP.Listen == "" {
-		fail("http.listen", "must not be empty")
-	} else if _, port, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
-		fail("http.listen", "must be host:port, such as :8080 (%v)", err)
-	} else if n, err := strconv.ParseUint(port, 10, 16); err != nil || (n == 0 && port != "0") {
-		fail("http.listen", "port %q: must be a number from 0 to 65535", port)
-	}
+	c.validateHTTP(fail)
 
 	if _, err := syntax.ParseNSID(c.XRPC.Namespace + ".getFeed"); err != nil {
 		fail("xrpc.namespace", "must be an NSID prefix such as com.example.appview, so that %q is an NSID", c.XRPC.Namespace+".getFeed")

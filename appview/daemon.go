@@ -52,6 +52,11 @@ type Daemon struct {
 	listener net.Listener
 	gaps     prometheus.Counter
 	now      func() time.Time
+
+	// admin serves /metrics and /status on adminListener when
+	// http.admin_listen is set; both are nil otherwise.
+	admin         *xrpc.Server
+	adminListener net.Listener
 }
 
 // Build opens the database and constructs every part; nothing runs until
@@ -159,6 +164,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 	wireNotify(&xcfg, cfg, store, dir, reg, log, firstReads.FollowsCreated)
 	status := newStatusPage(store, Version, log, time.Now)
 	xcfg.Status = status.Status
+	admin := splitAdmin(cfg, &xcfg, log)
 	server := xrpc.NewServer(xcfg)
 
 	listener := opts.Listener
@@ -168,6 +174,14 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 			store.Close()
 			return nil, fmt.Errorf("listen on %s: %w", cfg.HTTP.Listen, err)
 		}
+	}
+	adminListener, err := listenAdmin(cfg)
+	if err != nil {
+		if opts.Listener == nil {
+			listener.Close()
+		}
+		store.Close()
+		return nil, err
 	}
 	built = true
 	return &Daemon{
@@ -199,11 +213,13 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 			sweepIdle:       cfg.Sweep.IdleInterval,
 			now:             time.Now,
 		},
-		server:   server,
-		status:   status,
-		listener: listener,
-		gaps:     gaps,
-		now:      time.Now,
+		server:        server,
+		status:        status,
+		listener:      listener,
+		admin:         admin,
+		adminListener: adminListener,
+		gaps:          gaps,
+		now:           time.Now,
 	}, nil
 }
 
@@ -262,6 +278,15 @@ func feedDefinitions(cfg Config) ([]feeds.Feed, []xrpc.FeedSpec) {
 // Addr is the address the XRPC server listens on.
 func (d *Daemon) Addr() net.Addr { return d.listener.Addr() }
 
+// AdminAddr is the address the admin server (/metrics, /status) listens
+// on, or nil when http.admin_listen is off and Addr serves them.
+func (d *Daemon) AdminAddr() net.Addr {
+	if d.adminListener == nil {
+		return nil
+	}
+	return d.adminListener.Addr()
+}
+
 // Store exposes the database, for commands and tests.
 func (d *Daemon) Store() *feeds.Store { return d.store }
 
@@ -294,15 +319,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.cfg.Ingest.IndexAll {
 		g.Go(func() error { d.finishRebuilds(gctx); return nil })
 	}
-	g.Go(func() error { return named("http", d.server.Serve(d.listener)) })
-	g.Go(func() error {
-		<-gctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(gctx), 5*time.Second)
-		defer cancel()
-		return named("http shutdown", d.server.Shutdown(shutdownCtx))
-	})
-	d.log.Info("appview running", "listen", d.listener.Addr().String(), "database", d.cfg.Database.Path,
-		"jetstream", d.cfg.Jetstream.URLs[0], "feeds", len(d.cfg.Feeds))
+	serveHTTP(g, gctx, "http", d.server, d.listener)
+	admin := d.listener.Addr() // /metrics and /status beside XRPC
+	if d.admin != nil {
+		serveHTTP(g, gctx, "admin http", d.admin, d.adminListener)
+		admin = d.adminListener.Addr()
+	}
+	d.log.Info("appview running", "listen", d.listener.Addr().String(), "admin_endpoints", admin.String(),
+		"database", d.cfg.Database.Path, "jetstream", d.cfg.Jetstream.URLs[0], "feeds", len(d.cfg.Feeds))
 	err := g.Wait()
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return nil

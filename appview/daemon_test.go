@@ -157,6 +157,9 @@ func (td *testDaemon) metrics(t *testing.T) string {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", resp.StatusCode, body)
+	}
 	return string(body)
 }
 
