@@ -32,7 +32,9 @@ WORKDIR /data
 VOLUME /data
 # http.listen defaults to :8080 (APPVIEW_HTTP_LISTEN changes it; the health
 # check reads the same variable). /xrpc/_health is liveness, /readyz is
-# readiness, /metrics is Prometheus.
+# readiness, /metrics is Prometheus. http.admin_listen
+# (APPVIEW_HTTP_ADMIN_LISTEN, e.g. :9090) moves /metrics and /status to a
+# second port; publish it only where your monitoring reaches.
 EXPOSE 8080
 USER nonroot:nonroot
 # The image has no shell or curl: the binary probes itself.
