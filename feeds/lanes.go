@@ -216,7 +216,50 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 			s.log.Info("feed gained a target: its rebuild is queued (index_all)", "feed", feed)
 		}
 	}
+	if !keep {
+		if err := s.dropMootRebuilds(ctx, tx, feeds); err != nil {
+			return err
+		}
+	}
 	return tx.Commit()
+}
+
+// dropMootRebuilds deletes the rebuild positions of feeds the config no
+// longer has. RebuildFeed refuses such a feed, so the daemon warned of each
+// at every start, for good; a feed added back gains its targets and is
+// rebuilt afresh (syncLanes). Only the daemon drops them: an operator
+// command with another config is refused before it writes (keep).
+func (s *Store) dropMootRebuilds(ctx context.Context, tx *sql.Tx, feeds []Feed) error {
+	configured := map[string]bool{}
+	for _, f := range feeds {
+		configured[f.Name] = true
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT substr(kind, ?1) FROM cursors WHERE kind LIKE ?2`,
+		len(rebuildCursorPrefix)+1, rebuildCursorPrefix+"%")
+	if err != nil {
+		return fmt.Errorf("read rebuild positions: %w", err)
+	}
+	var moot []string
+	for rows.Next() {
+		var feed string
+		if err := rows.Scan(&feed); err != nil {
+			rows.Close()
+			return fmt.Errorf("read rebuild positions: %w", err)
+		}
+		if !configured[feed] {
+			moot = append(moot, feed)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("read rebuild positions: %w", err)
+	}
+	for _, feed := range moot {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM cursors WHERE kind = ?`, rebuildCursorPrefix+feed); err != nil {
+			return fmt.Errorf("drop the rebuild of feed %q: %w", feed, err)
+		}
+		s.log.Warn("dropped the unfinished rebuild of a feed no longer configured", "feed", feed)
+	}
+	return nil
 }
 
 // ErrFeedsDiffer is returned by Open with Options.Existing when the

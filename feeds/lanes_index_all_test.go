@@ -107,3 +107,37 @@ func TestACommandWithAnotherIndexAllModeLeavesTheQueuedRebuild(t *testing.T) {
 		t.Errorf("feed b = %v, want [p2 p1]: its backlog was skipped", got)
 	}
 }
+
+// A rebuild queued for a feed the config then dropped (before the daemon
+// ran it) could never run: RebuildFeed refuses a feed not configured, so
+// the daemon warned of it at every start, for good (a previous session's
+// note). The sync drops it; a feed added back gains its targets again and
+// has its rebuild queued afresh.
+func TestARebuildOfAFeedNoLongerConfiguredIsDropped(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	a := Feed{Name: "a", FollowCollection: followNSID, MergeLimit: 100, Targets: []Target{{Collection: postNSID, Cap: 200}}}
+	b := Feed{Name: "b", FollowCollection: followNSID, MergeLimit: 100, Targets: []Target{{Collection: postNSID, Cap: 200}}}
+	s := mustOpenAt(t, path, []Feed{a})
+	apply(t, s, follow("v1", "alice", "f1", 1), post("alice", "p1", 2))
+	s.Close()
+	s = mustOpenAt(t, path, []Feed{a, b}) // b added: its rebuild is queued, not run
+	s.Close()
+
+	s = mustOpenAt(t, path, []Feed{a}) // b dropped before it ran
+	pending, err := s.UnfinishedRebuilds(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 0 {
+		t.Fatalf("unfinished rebuilds %+v after their feed left the config, want none", pending)
+	}
+	s.Close()
+
+	s = mustOpenAt(t, path, []Feed{a, b}) // and added back
+	if got := rebuildQueued(t, s); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("queued rebuilds %v after b came back, want [b]", got)
+	}
+	if got := feedRKeys(t, s, "b", "v1", postNSID); !slices.Equal(got, []string{"p1"}) {
+		t.Errorf("feed b = %v, want [p1]", got)
+	}
+}
