@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/internal/jsontext"
 )
 
 const (
@@ -282,6 +284,9 @@ func (d *Decoder) decodeCommit(w *wireCommit) (*Commit, *DropError) {
 	head, derr := scanRecordHead(w.Record, d.maxDepth)
 	if derr != nil {
 		return nil, derr
+	}
+	if jsontext.LoneSurrogate(w.Record) {
+		return nil, dropf(ReasonBadRecord, "record escapes a lone UTF-16 surrogate")
 	}
 	if head.Type.s != w.Collection {
 		return nil, dropf(ReasonTypeMismatch, "record $type %q in collection %q", clip(head.Type.s, maxQuoted), clip(w.Collection, maxQuoted))

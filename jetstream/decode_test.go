@@ -233,6 +233,9 @@ func TestDecodeDrops(t *testing.T) {
 		{name: "account missing", frame: `{"did":"did:plc:a","time_us":9,"kind":"account"}`, reason: ReasonMissingField, timeUS: 9},
 		// Taken for false, a missing "active" hid the account's posts.
 		{name: "account without active", frame: `{"did":"did:plc:a","time_us":9,"kind":"account","account":{"status":"deactivated"}}`, reason: ReasonMissingField, timeUS: 9},
+		// Stored and served byte for byte, it broke strict clients' parse
+		// of every page holding it (encoding/json reads it as U+FFFD).
+		{name: "record with a lone surrogate", frame: commitFrame(postCommit(`{"$type":"app.bsky.feed.post","text":"\ud83d"}`)), reason: ReasonBadRecord, timeUS: 1795975616983633},
 		{name: "account active null", frame: `{"did":"did:plc:a","time_us":9,"kind":"account","account":{"active":null}}`, reason: ReasonMissingField, timeUS: 9},
 		{name: "bad operation", frame: commitFrame(strings.Replace(postCommit(`{}`), `"create"`, `"upsert"`, 1)), reason: ReasonBadOperation, timeUS: 1795975616983633},
 		{name: "no operation", frame: commitFrame(strings.Replace(postCommit(`{}`), `"create"`, `""`, 1)), reason: ReasonMissingField, timeUS: 1795975616983633},

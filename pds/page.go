@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/internal/jsontext"
 )
 
 // maxCursorBytes bounds a listRecords cursor; real ones are record keys.
@@ -202,6 +204,9 @@ func checkRecord(rr rawRecord, repo syntax.DID, collection syntax.NSID, rkey syn
 	// record is refused here, as the Jetstream decoder refuses such frames.
 	if !utf8.Valid(rr.Value) {
 		return Record{}, errors.New("value is not valid UTF-8")
+	}
+	if jsontext.LoneSurrogate(rr.Value) {
+		return Record{}, errors.New("value escapes a lone UTF-16 surrogate")
 	}
 	if deeperThan(rr.Value, MaxRecordDepth) {
 		return Record{}, fmt.Errorf("value is nested deeper than %d", MaxRecordDepth)

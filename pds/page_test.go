@@ -39,6 +39,10 @@ func TestDecodePageSkipRules(t *testing.T) {
 		"value not UTF-8":    {`{"uri":"` + uri + `","cid":"` + okCID + `","value":` + post("caf\xe9") + `}`, false},
 		"key not UTF-8":      {`{"uri":"` + uri + `","cid":"` + okCID + `","value":{"$type":"app.bsky.feed.post","` + "\xff" + `":1}}`, false},
 		"value UTF-8":        {`{"uri":"` + uri + `","cid":"` + okCID + `","value":` + post("café ☀ \\ud83d\\ude00") + `}`, true},
+		// Served byte for byte, a lone surrogate escape breaks strict
+		// clients' parse of the whole page.
+		"lone high surrogate": {`{"uri":"` + uri + `","cid":"` + okCID + `","value":` + post("x \\ud83d y") + `}`, false},
+		"lone low surrogate":  {`{"uri":"` + uri + `","cid":"` + okCID + `","value":` + post("\\ude00") + `}`, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			page, err := decodePage([]byte(`{"records":[`+tc.record+`],"cursor":"c"}`), alice, posts, MaxLimit)
