@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -243,5 +245,43 @@ func TestNotifyConfig(t *testing.T) {
 	}
 	if strings.Contains(string(out), testNotifySecret) || !strings.Contains(string(out), "secret: "+Redacted) {
 		t.Errorf("secret not redacted:\n%s", out)
+	}
+}
+
+// A secret with whitespace around it (a YAML block scalar's newline, an
+// environment variable's) passed validation, yet no caller could send it:
+// the bearer token is trimmed before it is compared. It is refused, from
+// the file and from the environment alike, naming the key but not the
+// secret.
+func TestNotifySecretWithSurroundingSpaceIsRefused(t *testing.T) {
+	const want = "notify.secret: must not begin or end with whitespace"
+	check := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), testNotifySecret) {
+			t.Errorf("%s: error %v, want one containing %q, without the secret", what, err, want)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Notify = NotifyConfig{Enabled: true, Secret: " " + testNotifySecret}
+	check("leading space", cfg.Validate())
+
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	yaml := "notify:\n  enabled: true\n  secret: |\n    " + testNotifySecret + "\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadConfig(path)
+	check("block scalar", err)
+
+	_, err = LoadConfigEnv("", []string{"APPVIEW_NOTIFY_ENABLED=true", "APPVIEW_NOTIFY_SECRET=" + testNotifySecret + "\n"})
+	check("environment", err)
+	if err != nil && !strings.Contains(err.Error(), "APPVIEW_NOTIFY_SECRET") {
+		t.Errorf("environment: error %v does not name the variable", err)
+	}
+
+	// Whitespace inside the secret can be sent, and is kept.
+	cfg.Notify.Secret = "a secret with spaces inside"
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("inner spaces: %v", err)
 	}
 }

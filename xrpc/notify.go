@@ -109,6 +109,11 @@ func (cfg Config) validateNotify() error {
 	if cfg.Notify != nil && cfg.NotifySecret == "" {
 		return errors.New("notify_secret: must be set when notify is")
 	}
+	if cfg.Notify != nil && cfg.NotifySecret != strings.TrimSpace(cfg.NotifySecret) {
+		// authenticate trims the token it is sent: such a secret could
+		// never be matched (TestNotifySecretWithSurroundingSpaceIsRefused).
+		return errors.New("notify_secret: must not begin or end with whitespace: a caller's bearer token is read without it, so no call could match")
+	}
 	return nil
 }
 

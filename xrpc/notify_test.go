@@ -204,6 +204,34 @@ func TestNotifyNeedsSecret(t *testing.T) {
 	}
 }
 
+// A secret with whitespace around it can never be matched: the bearer
+// token is trimmed before it is compared (and an HTTP header value cannot
+// end in a newline at all). Validate refuses such a secret rather than
+// serve a method no one can call; without the check it passed, and every
+// call with the configured secret was a 401.
+func TestNotifySecretWithSurroundingSpaceIsRefused(t *testing.T) {
+	for _, secret := range []string{notifySecret + " ", " " + notifySecret, "\t" + notifySecret + "\t", notifySecret + "\n"} {
+		cfg := testConfig(newFakeReader())
+		cfg.Notify, cfg.NotifySecret = &fakeNotifier{}, secret
+		err := cfg.Validate()
+		if err != nil {
+			if msg := err.Error(); !strings.Contains(msg, "notify_secret: must not begin or end with whitespace") || strings.Contains(msg, notifySecret) {
+				t.Errorf("secret %q: error %q, want one naming notify_secret and the whitespace, without the secret", secret, msg)
+			}
+			continue
+		}
+		if strings.ContainsAny(secret, "\r\n") {
+			t.Errorf("secret %q: accepted, but no header can carry it", secret)
+			continue
+		}
+		// Accepted: then the secret as configured must authenticate.
+		base := serve(t, cfg)
+		if res := post(t, base+notifyURL, "Bearer "+secret, "application/json", fmt.Sprintf(`{"uri":%q}`, uri(1))); res.Status != http.StatusOK {
+			t.Errorf("secret %q: accepted by Validate, but a call sending it is answered %d %s", secret, res.Status, res.Body)
+		}
+	}
+}
+
 // The answer's fields are the Lexicon's: every field declared, every
 // required one present (the e2e tests hold getFeed to the reference
 // validator; this catches drift in a plain go test).
