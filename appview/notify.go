@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"strings"
 	"sync"
@@ -54,6 +55,9 @@ type notifier struct {
 	resolver backfill.Resolver
 	pds      *pds.Client
 	limits   *pds.Limiter
+	// paused holds the PDS hosts that answered a getRecord with 429:
+	// their records fail at once until the time the host gave.
+	paused   *pds.HostPauses
 	follows  map[syntax.NSID]bool
 	log      *slog.Logger
 	outcomes *prometheus.CounterVec
@@ -80,6 +84,7 @@ func wireNotify(xcfg *xrpc.Config, cfg Config, store *feeds.Store, dir backfill.
 		resolver: dir,
 		pds:      pds.NewClient(httpc, pds.Options{Timeout: cfg.Backfill.RequestTimeout}),
 		limits:   pds.NewLimiter(notifyGlobal, notifyPerHost),
+		paused:   pds.NewHostPauses(),
 		follows:  map[syntax.NSID]bool{},
 		log:      log.With("component", "notify"),
 		afterCommit: func(res feeds.BatchResult) {
@@ -251,6 +256,13 @@ func (n *notifier) fetch(ctx context.Context, it *notifyItem, sem chan struct{})
 	if err != nil {
 		return fail(xrpc.NotifyErrAccountNotFound, "the PDS endpoint is not a URL")
 	}
+	// A host that rate limited us is not asked before the time it gave,
+	// by this call or another; the call is not held for that time (the
+	// HTTP write timeout bounds it), the record fails at once and the app
+	// may retry later (TestNotifyWaitsOutAHostsRateLimit).
+	if err := n.paused.Check(host.Host, n.now()); err != nil {
+		return fail(xrpc.NotifyErrUpstreamFailure, hostPausedMessage(host.Host, err))
+	}
 	// The call's slot is let go while the record waits for its host's:
 	// records on a hanging PDS held them all as they waited, and the
 	// call's records on healthy PDSes waited for one until the call's
@@ -263,7 +275,16 @@ func (n *notifier) fetch(ctx context.Context, it *notifyItem, sem chan struct{})
 	if err != nil {
 		return fail(xrpc.NotifyErrUpstreamFailure, "timed out waiting for a request slot to "+host.Host)
 	}
+	// The host may have asked us to wait while this record waited for a
+	// slot (TestNotifyNoRequestReachesAPausedHostFromTheSlotQueue).
+	if err := n.paused.Check(host.Host, n.now()); err != nil {
+		release()
+		return fail(xrpc.NotifyErrUpstreamFailure, hostPausedMessage(host.Host, err))
+	}
 	rec, err := n.pds.GetRecord(ctx, ident.PDS, did, coll, rkey)
+	// Paused before the slot is given back: no record queued for it is
+	// sent to a host that just answered 429.
+	n.paused.Note(host.Host, err, n.now())
 	release()
 	switch pds.KindOf(err) {
 	case 0:
@@ -324,6 +345,17 @@ func (n *notifier) takeSlots(ctx context.Context, host string, sem chan struct{}
 		}
 		<-sem
 	}
+}
+
+// hostPausedMessage is the per-URI message of a record not fetched
+// because its host is paused (err is the pause's *pds.Error).
+func hostPausedMessage(host string, err error) string {
+	var wait time.Duration
+	var pe *pds.Error
+	if errors.As(err, &pe) {
+		wait = pe.RetryAfter
+	}
+	return fmt.Sprintf("%s rate limited us: not asked again before the time it gave; retry in %ds", host, int(math.Ceil(wait.Seconds())))
 }
 
 // takeSlot takes one of sem's slots, false if ctx ends first.

@@ -47,6 +47,7 @@ func newTestNotifier(t *testing.T, pdsURL string, log *slog.Logger) *notifier {
 		store: store, resolver: fixedResolver{pds: pdsURL},
 		pds:      pds.NewClient(httpc, pds.Options{Timeout: 5 * time.Second}),
 		limits:   pds.NewLimiter(notifyGlobal, notifyPerHost),
+		paused:   pds.NewHostPauses(),
 		follows:  map[syntax.NSID]bool{followNSID: true},
 		log:      log,
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_outcomes"}, []string{"outcome"}),

@@ -134,7 +134,7 @@ type Service struct {
 	running  map[viewerKey]*firstRead
 	accounts map[accountKey]*accountRun
 	// paused holds PDS hosts that answered 429, until when (hostpause.go).
-	paused map[string]time.Time
+	paused *pds.HostPauses
 
 	// runs tracks the first reads started in the background (start), so
 	// Run returns only once they gave their claims back; stopping (under
@@ -190,7 +190,7 @@ func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, 
 		notDue:   map[viewerKey]time.Time{},
 		running:  map[viewerKey]*firstRead{},
 		accounts: map[accountKey]*accountRun{},
-		paused:   map[string]time.Time{},
+		paused:   pds.NewHostPauses(),
 		queue:    make(chan feeds.FollowEdge, cfg.QueueSize),
 		touches:  make(chan feeds.ViewerTouch, touchQueueSize),
 	}
