@@ -250,6 +250,7 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 		return 0, ErrClaimedElsewhere
 	}
 	var rows int64
+	ctx, stored := withStoredPages(ctx)
 	stopHolding := s.holdClaim(ctx, key)
 	err = s.backfillViewer(ctx, key, progress)
 	stopHolding()
@@ -321,7 +322,17 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 		}
 		st, _ := s.store.RegisterViewer(fctx, key.viewer, key.feed, s.cfg.Now())
 		next := s.cfg.Now().Add(s.retryAfter(st.Attempts + 1))
-		if ferr := s.store.FailFirstRead(fctx, key.viewer, key.feed, s.owner, err.Error(), next); ferr != nil {
+		record := s.store.FailFirstRead
+		if ctx.Err() != nil && stored.Load() > 0 {
+			// Cut off by the run timeout after it moved listing cursors:
+			// the next run resumes past them. A viewer who follows
+			// thousands of accounts on slow hosts needs several such
+			// runs, and counted, they had it given up on while each one
+			// advanced. A run cut off with nothing stored still counts
+			// (TestAFirstReadCutOffAfterProgressCountsNoAttempt).
+			record = s.store.DeferFirstRead
+		}
+		if ferr := record(fctx, key.viewer, key.feed, s.owner, err.Error(), next); ferr != nil {
 			s.log.Error("record failed first read", "err", ferr)
 		}
 		outcome := "failed"
@@ -473,4 +484,24 @@ func (s *Service) ownAccountRun(ctx context.Context, key accountKey, r *accountR
 	s.mu.Unlock()
 	close(r.done)
 	return r.err
+}
+
+// storedPagesKey is the context key of a first read's count of listing
+// pages that moved a listing's cursor: whether a run cut off by its
+// timeout got anywhere (runFirstRead). It rides on the context because
+// the pages are stored deep in listings the run shares with others
+// (ensureAccount), on the run's own context.
+type storedPagesKey struct{}
+
+// withStoredPages returns ctx carrying a fresh count of stored pages.
+func withStoredPages(ctx context.Context) (context.Context, *atomic.Int64) {
+	n := new(atomic.Int64)
+	return context.WithValue(ctx, storedPagesKey{}, n), n
+}
+
+// countStoredPage counts a stored page in the count ctx carries, if any.
+func countStoredPage(ctx context.Context) {
+	if n, ok := ctx.Value(storedPagesKey{}).(*atomic.Int64); ok {
+		n.Add(1)
+	}
 }

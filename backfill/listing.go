@@ -176,6 +176,9 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		}
 		failpoint.Hit(failpoint.BackfillAfterPage)
 		run.Pages++
+		if !res.Stale && !res.NotViewer && !res.NotFollowed && !res.AccountDeleted {
+			countStoredPage(ctx) // the page moved the listing's cursor
+		}
 		run.Written += res.Written
 		s.metrics.reconciled(res.Removed, res.Restored, res.Edited)
 		if res.NotViewer {

@@ -50,9 +50,11 @@ type Config struct {
 	// RunTimeout bounds one first read started by a getFeed request, from
 	// its claim to the built feed (default three quarters of Lease): a PDS
 	// answering just inside every request timeout must not hold a running
-	// slot for minutes. A run cut off fails like any other and is retried
-	// on the schedule, resuming from its stored listing cursors. A run
-	// queued for a running place waits at most as long again, uncharged.
+	// slot for minutes. A run cut off is retried on the schedule,
+	// resuming from its stored listing cursors; it counts an attempt
+	// only if it stored no page, so a viewer whose runs keep advancing
+	// is not given up on. A run queued for a running place waits at
+	// most as long again, uncharged.
 	RunTimeout time.Duration
 	// RetryBase and RetryMax shape the retry schedule (default 1m, 48h).
 	RetryBase, RetryMax time.Duration
