@@ -20,13 +20,13 @@ const (
 	// KindRepoGone: the repo does not exist here or is deactivated, taken
 	// down or suspended. Record it; do not retry in a loop.
 	KindRepoGone Kind = iota + 1
-	// KindNotFound: 404, or RecordNotFound.
+	// KindNotFound: RecordNotFound, or a 404 NotFound.
 	KindNotFound
 	// KindRateLimited: 429; RetryAfter says when to come back if the PDS
 	// said so.
 	KindRateLimited
-	// KindUpstream: 5xx, or the PDS could not be reached (refused, reset,
-	// DNS failure).
+	// KindUpstream: 5xx, a 404 that names no missing record, or the PDS
+	// could not be reached (refused, reset, DNS failure).
 	KindUpstream
 	// KindTimeout: the request or the body took longer than the timeout.
 	KindTimeout
@@ -154,12 +154,15 @@ func classify(status int, header http.Header, body []byte, hadCursor bool, now t
 		// plain InvalidRequest "Could not find repo: <repo>".
 		status == http.StatusBadRequest && env.Error == "InvalidRequest" && strings.HasPrefix(env.Message, "Could not find repo"):
 		e.Kind = KindRepoGone
-	case env.Error == "RecordNotFound" || (status == http.StatusNotFound && env.Error != ""):
+	case env.Error == "RecordNotFound" || (status == http.StatusNotFound && env.Error == "NotFound"):
 		// A 404 is the record's absence only when the PDS says so in an
-		// XRPC error. A bare one (an HTML page, an empty body) comes from
-		// a proxy or a PDS being deployed: taken as "not found", it would
-		// delete a stored record (notifyOfUpdate) or store "no profile"
-		// for good. It is an upstream failure, retried.
+		// XRPC error that names it. A bare one (an HTML page, an empty
+		// body) comes from a proxy or a PDS being deployed, and a 404
+		// MethodNotImplemented from a host that is no PDS or lacks the
+		// method: taken as "not found", either would delete a stored
+		// record (notifyOfUpdate) or store "no profile" for good. They
+		// are upstream failures, retried
+		// (TestAMethodNotImplementedIsNotARecordNotFound).
 		e.Kind = KindNotFound
 	case status == http.StatusNotFound:
 		e.Kind = KindUpstream

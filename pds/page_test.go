@@ -102,7 +102,8 @@ func TestClassify(t *testing.T) {
 		{400, env("InvalidRequest", "Could not find repo: did:plc:x"), true, KindRepoGone},
 		{400, env("RecordNotFound", "Could not locate record"), false, KindNotFound},
 		{404, env("NotFound", "no such record"), false, KindNotFound},
-		{404, []byte("<html>"), false, KindUpstream}, // a proxy's, not the PDS's
+		{404, env("MethodNotImplemented", "Method Not Implemented"), false, KindUpstream}, // no PDS, or no such method
+		{404, []byte("<html>"), false, KindUpstream},                                      // a proxy's, not the PDS's
 		{404, nil, false, KindUpstream},
 		{429, nil, false, KindRateLimited},
 		{400, env("RateLimitExceeded", ""), false, KindRateLimited},

@@ -1,0 +1,34 @@
+package pds
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+// A host that answers 404 MethodNotImplemented (not a PDS at all, or one
+// without listRecords or getRecord) has said nothing about the record or
+// the repo. Taken for "not found", it had a profile stored as absent and
+// a notified record deleted (KindNotFound's callers). It is a host
+// failure, retried like a 5xx. A 404 that names a missing record still
+// means one.
+func TestAMethodNotImplementedIsNotARecordNotFound(t *testing.T) {
+	notPDS := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"error":"MethodNotImplemented","message":"Method Not Implemented"}`)
+	}))
+	t.Cleanup(notPDS.Close)
+	c := newTestClient(5 * time.Second)
+
+	_, err := c.GetRecord(t.Context(), notPDS.URL, alice, posts, tid(1))
+	if KindOf(err) != KindUpstream || !Retryable(err) {
+		t.Errorf("getRecord answered 404 MethodNotImplemented: %v (kind %s), want a retryable upstream failure", err, KindOf(err))
+	}
+	_, err = c.ListRecords(t.Context(), notPDS.URL, alice, posts, 10, "")
+	if KindOf(err) != KindUpstream || !Retryable(err) {
+		t.Errorf("listRecords answered 404 MethodNotImplemented: %v (kind %s), want a retryable upstream failure", err, KindOf(err))
+	}
+}
