@@ -29,10 +29,13 @@ func TestACallersDeadlineCountsAsAWaitRunOut(t *testing.T) {
 		viewer := w.account(name)
 		w.follow(viewer, alice, i+1)
 		w.pds.Fail(viewer, followNSID, pdstest.FaultHang)
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		// Long enough for the viewer's registration to commit first on a
+		// loaded machine (at 300 ms a -race run once ran out inside it).
+		const wait = time.Second
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		if name == "cancelled" {
 			ctx, cancel = context.WithCancel(context.Background())
-			time.AfterFunc(300*time.Millisecond, cancel)
+			time.AfterFunc(wait, cancel)
 		}
 		err := w.svc.Ensure(ctx, viewer, "following", name)
 		cancel()

@@ -733,9 +733,18 @@ func TestAHangingPDSDoesNotFillASmallQueue(t *testing.T) {
 	w.profileRecord("carol", "Carol")
 	var asked atomic.Int32
 	page := hangingPage(t, w, "slow", 8, &asked)
-	w.hydrate(t, page...)
-	waitAsked(t, &asked, 2)
-	for range 5 { // the queue holds one at a time: park what it can
+	// The queue holds one job at a time, so a read may get only one of
+	// the page's jobs in before the workers take it (a loaded machine):
+	// read again until both of the host's slots are in requests.
+	deadline := time.Now().Add(5 * time.Second)
+	for asked.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests reached the hanging PDS, want 2", asked.Load())
+		}
+		w.hydrate(t, page...)
+		time.Sleep(20 * time.Millisecond)
+	}
+	for range 5 { // park what it can
 		w.hydrate(t, page...)
 		time.Sleep(20 * time.Millisecond)
 	}
