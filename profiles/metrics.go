@@ -14,18 +14,20 @@ const (
 	outcomePDSError        outcome = "pds_error"        // the PDS failed, refused or timed out
 	outcomeInvalidRecord   outcome = "invalid_record"   // the PDS sent something that is not a profile
 	outcomeQueueFull       outcome = "queue_full"       // not fetched: the queue was full
+	outcomeHostPaused      outcome = "host_paused"      // not fetched: the PDS host answered 429 and asked us to wait
 	// outcomeParked is no end: the job waits for a slot of its PDS host
 	// (Service.parked). Not a metric label.
 	outcomeParked outcome = "parked"
 )
 
 var outcomes = []outcome{outcomeStored, outcomeAbsent, outcomeHandleOnly, outcomeHandleUnchecked, outcomeIdentityError,
-	outcomePDSError, outcomeInvalidRecord, outcomeQueueFull}
+	outcomePDSError, outcomeInvalidRecord, outcomeQueueFull, outcomeHostPaused}
 
-// failed outcomes hold the account back for RetryAfter.
+// failed outcomes hold the account back: for RetryAfter, or until its
+// host's pause ends (outcomeHostPaused).
 func (o outcome) failed() bool {
 	switch o {
-	case outcomeHandleUnchecked, outcomeIdentityError, outcomePDSError, outcomeInvalidRecord:
+	case outcomeHandleUnchecked, outcomeIdentityError, outcomePDSError, outcomeInvalidRecord, outcomeHostPaused:
 		return true
 	}
 	return false
@@ -50,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "appview", Subsystem: "profiles", Name: "fetches_total",
-			Help: "Profile fetches from PDSes by outcome: stored, absent, handle_only, handle_unchecked, identity_error, pds_error, invalid_record, queue_full.",
+			Help: "Profile fetches from PDSes by outcome: stored, absent, handle_only, handle_unchecked, identity_error, pds_error, invalid_record, queue_full, host_paused (not sent: the host answered 429 and asked us to wait).",
 		}, []string{"outcome"}),
 		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "appview", Subsystem: "profiles", Name: "hydrated_total",

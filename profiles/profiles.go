@@ -132,6 +132,10 @@ type Service struct {
 	// stoodDown counts the workers stood in for while their request
 	// runs past slowRequest, at most Concurrency (see getRecord).
 	stoodDown int
+	// paused holds the PDS hosts that answered 429, until the time they
+	// gave (host_pause.go). The fetcher keeps its own, as it keeps its
+	// own request slots.
+	paused *pds.HostPauses
 }
 
 // slowRequest is how long a profile request runs before its worker is
@@ -159,7 +163,11 @@ type job struct {
 	// slot is the PDS host whose request slot was handed to the job as
 	// it was woken from parked; guarded by Service.mu.
 	slot string
-	done chan struct{}
+	// pausedUntil, set when the job found its host paused, is when the
+	// host may be asked again: the account is held back until then,
+	// not for RetryAfter.
+	pausedUntil time.Time
+	done        chan struct{}
 }
 
 // New builds a Service; nil log and metrics are allowed.
@@ -178,6 +186,7 @@ func New(cfg Config, store Store, resolver Resolver, client *pds.Client, log *sl
 		failed:      map[syntax.DID]time.Time{},
 		hostFetches: map[string]int{},
 		parked:      map[string][]*job{},
+		paused:      pds.NewHostPauses(),
 	}
 }
 
@@ -282,7 +291,8 @@ func (s *Service) enqueue(p feeds.Profile) *job {
 	}
 }
 
-// finish ends a job; failed accounts are held back for RetryAfter.
+// finish ends a job; failed accounts are held back for RetryAfter, or
+// until the pause of the host the job found paused ends.
 func (s *Service) finish(j *job, failed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -299,7 +309,11 @@ func (s *Service) finish(j *job, failed bool) {
 				clear(s.failed)
 			}
 		}
-		s.failed[j.did] = now.Add(s.cfg.RetryAfter)
+		until := now.Add(s.cfg.RetryAfter)
+		if !j.pausedUntil.IsZero() {
+			until = j.pausedUntil
+		}
+		s.failed[j.did] = until
 	}
 	close(j.done)
 }
@@ -457,8 +471,8 @@ func (s *Service) offer(jobs []*job) (left []*job) {
 
 // fetch resolves the account's identity (PDS and verified handle) and,
 // when the record is missing, reads it from the PDS; outcomeParked when
-// the PDS host has no slot free. Jobs woken from parked by the slots it
-// let go are added to woken.
+// the PDS host has no slot free, outcomeHostPaused when it asked us to
+// wait. Jobs woken from parked by the slots it let go are added to woken.
 func (s *Service) fetch(ctx context.Context, w *worker, j *job, woken *[]*job) (feeds.FetchedProfile, outcome) {
 	fp := feeds.FetchedProfile{DID: j.did, At: s.cfg.Now(), IdentitySeq: s.store.IdentitySeq()}
 	ident, err := s.resolver.LookupDIDWithHandle(ctx, j.did)
@@ -480,6 +494,11 @@ func (s *Service) fetch(ctx context.Context, w *worker, j *job, woken *[]*job) (
 	if err != nil {
 		return fp, outcomeIdentityError
 	}
+	// A paused host's job is not parked to wait for the pause; a slot
+	// handed to it goes on unused (processOne's dropSlot).
+	if s.hostPaused(j, u.Host) {
+		return fp, outcomeHostPaused
+	}
 	o, handed := s.takeHost(u.Host, j)
 	// A slot j was woken for and handed on as it moved hosts: its job
 	// would wait here for j's request, which may hang, holding the slot;
@@ -489,7 +508,17 @@ func (s *Service) fetch(ctx context.Context, w *worker, j *job, woken *[]*job) (
 	if o != "" {
 		return fp, o
 	}
+	// The host may have answered 429 since the check, to a request whose
+	// slot this one now holds.
+	if s.hostPaused(j, u.Host) {
+		*woken = append(*woken, s.releaseHost(u.Host)...)
+		return fp, outcomeHostPaused
+	}
 	rec, err := s.getRecord(ctx, w, ident.PDS, j.did)
+	// Paused before the slot is handed on: no job parked behind this
+	// request is sent to a host that just answered 429
+	// (TestNoProfileRequestReachesAPausedHostFromParkedJobs).
+	s.paused.Note(u.Host, err, s.cfg.Now())
 	*woken = append(*woken, s.releaseHost(u.Host)...)
 	switch pds.KindOf(err) {
 	case 0:
