@@ -285,6 +285,15 @@ func (in *ingester) full(n, queued, bytes int) bool {
 	return queued == 0 || n >= max(in.catchupSize, in.batchSize)
 }
 
+// relayTimeUS is an account event's relay time in unix microseconds, 0
+// when the frame had none (the zero time's would be negative).
+func relayTimeUS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
 // addEvent moves the batch cursor to the event and adds what it says: a
 // commit's record change, an account's status, an identity change.
 func addEvent(b *feeds.Batch, ev *jetstream.Event) {
@@ -294,6 +303,7 @@ func addEvent(b *feeds.Batch, ev *jetstream.Event) {
 	if ev.Kind == jetstream.KindAccount && ev.Account != nil {
 		b.Accounts = append(b.Accounts, feeds.AccountStatus{
 			DID: ev.DID, Active: ev.Account.Active, Status: ev.Account.Status, TimeUS: ev.TimeUS,
+			RelayTimeUS: relayTimeUS(ev.Account.Time), RelaySeq: ev.Account.Seq,
 		})
 		return
 	}

@@ -246,3 +246,20 @@ func openIndexAllStoreAt(t *testing.T, path string) *feeds.Store {
 	t.Cleanup(func() { store.Close() })
 	return store
 }
+
+// An account event's relay time and sequence number reach the store,
+// which orders the account's status changes by them
+// (feeds.AccountStatus.RelayTimeUS); a missing time stays 0, not the zero
+// time's negative microseconds.
+func TestAnAccountEventCarriesItsRelayTime(t *testing.T) {
+	relay := time.Date(2024, 9, 5, 6, 11, 4, 870_000_000, time.UTC)
+	var b feeds.Batch
+	for _, at := range []time.Time{relay, {}} {
+		addEvent(&b, &jetstream.Event{DID: "did:plc:carol34567abcdefghijklmn", TimeUS: t0, Kind: jetstream.KindAccount,
+			Account: &jetstream.Account{Status: "deactivated", Time: at, Seq: 12}})
+	}
+	if len(b.Accounts) != 2 || b.Accounts[0].RelayTimeUS != relay.UnixMicro() || b.Accounts[1].RelayTimeUS != 0 ||
+		b.Accounts[0].TimeUS != t0 || b.Accounts[0].RelaySeq != 12 {
+		t.Fatalf("accounts = %+v, want relay times %d and 0, seq 12", b.Accounts, relay.UnixMicro())
+	}
+}

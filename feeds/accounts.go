@@ -19,19 +19,20 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 		return err
 	}
 	var wasActive bool
-	var statusUS int64
-	if _, err := w.queryRow(w.s.stmts.actorStatus, []any{id}, &wasActive, &statusUS); err != nil {
+	var statusUS, statusSeq int64
+	if _, err := w.queryRow(w.s.stmts.actorStatus, []any{id}, &wasActive, &statusUS, &statusSeq); err != nil {
 		return fmt.Errorf("read account status: %w", err)
 	}
-	if a.TimeUS > 0 && a.TimeUS <= statusUS {
+	at := a.statusTimeUS()
+	if at > 0 && !a.newerStatus(statusUS, statusSeq) {
 		// A replay (the reconnect rewind) of an event applied already,
 		// or one older than it: account events carry no revision, and
 		// applying an old deactivation again would hide the author anew.
 		w.res.Duplicates++
 		return nil
 	}
-	if a.TimeUS > 0 {
-		if _, err := w.tx.ExecContext(w.ctx, `UPDATE actors SET status_us = ? WHERE id = ?`, a.TimeUS, id); err != nil {
+	if at > 0 {
+		if _, err := w.tx.ExecContext(w.ctx, `UPDATE actors SET status_us = ?, status_seq = ? WHERE id = ?`, at, a.RelaySeq, id); err != nil {
 			return fmt.Errorf("record account status time: %w", err)
 		}
 	}
@@ -82,6 +83,31 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 		return nil
 	}
 	return w.deleteAccount(id, a.TimeUS)
+}
+
+// statusTimeUS is the time that orders a's account against the status
+// stored (actors.status_us): the relay's, which every Jetstream host
+// carries alike, else time_us. Each host stamps time_us with its own
+// clock, up to the decoder's skew allowance ahead: a deactivation
+// delivered by a fast host would make the reactivation that followed,
+// delivered by another after a failover, look older, and the account
+// would stay hidden for good. The relay's time is bounded as time_us is
+// (jetstream.Account.Time), so a frame cannot pin an account's status.
+func (a *AccountStatus) statusTimeUS() int64 {
+	if a.RelayTimeUS > 0 {
+		return a.RelayTimeUS
+	}
+	return a.TimeUS
+}
+
+// newerStatus says whether a is newer than the status stored at statusUS
+// and statusSeq: by time, then, for two events of one millisecond, by the
+// relay's sequence number. A duplicate is not newer. The sequence number
+// is not bounded, and need not be: it decides only between events of the
+// same time, and any later one still wins.
+func (a *AccountStatus) newerStatus(statusUS, statusSeq int64) bool {
+	at := a.statusTimeUS()
+	return at > statusUS || at == statusUS && a.RelaySeq > statusSeq
 }
 
 // rebuildRestored asks for what a deleted account's return needs and no

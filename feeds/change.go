@@ -123,7 +123,17 @@ type AccountStatus struct {
 	DID    syntax.DID
 	Active bool
 	Status string
+	// TimeUS is the event's time_us, stamped by the Jetstream host that
+	// delivered it.
 	TimeUS int64
+	// RelayTimeUS is the relay's account.time, 0 when absent. Every
+	// Jetstream host relaying the event carries the same, so it orders an
+	// account's events across a failover and a fast host's clock, where
+	// TimeUS does not (newerStatus).
+	RelayTimeUS int64
+	// RelaySeq is the relay's account.seq, 0 when absent: it orders two
+	// events of one relay stamped in the same millisecond.
+	RelaySeq int64
 }
 
 // FollowEdge is one viewer following one account in a follow collection.

@@ -35,9 +35,11 @@ var writeSQL = struct {
 		ON CONFLICT (actor_id, collection_id) DO UPDATE SET next_retry_us = 1
 		WHERE complete = 0 AND gone = 0 AND next_retry_us = 0`,
 	actorActive: `SELECT active FROM actors WHERE id = ?`,
-	// actorStatus: whether the actor is active, and the stream time of the
-	// last account event applied to it (schema 0010).
-	actorStatus: `SELECT active, status_us FROM actors WHERE id = ?`,
+	// actorStatus: whether the actor is active, and the time of the last
+	// account event applied to it (schema 0010): the relay's when the
+	// event carried it, else its time_us; then its relay sequence number
+	// (0018), which breaks ties (newerStatus).
+	actorStatus: `SELECT active, status_us, status_seq FROM actors WHERE id = ?`,
 	// actorDeleted: whether an account event deleted the actor (schema
 	// 0016), and how many times one did (0017); a listing stores nothing
 	// of a deleted account, nor across a deletion.

@@ -3,6 +3,7 @@ package jetstream
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -115,6 +116,10 @@ type wireAccount struct {
 	// frame would hide the account's posts.
 	Active *bool  `json:"active"`
 	Status string `json:"status"`
+	// Seq and Time are read leniently (relayOrder): they only order the
+	// account's events, and a frame with an odd one still says its status.
+	Seq  json.RawMessage `json:"seq"`
+	Time json.RawMessage `json:"time"`
 }
 
 // Decode parses and validates one frame. On a malformed frame it returns a
@@ -209,12 +214,35 @@ func (d *Decoder) decode(frame []byte) (Event, *DropError) {
 			return skipped(&w), dropf(ReasonBadStatus, "account.status is %d bytes, limit %d", len(w.Account.Status), maxStatusBytes)
 		}
 		ev.Kind, ev.Account = KindAccount, &Account{Active: *w.Account.Active, Status: w.Account.Status}
+		ev.Account.Time, ev.Account.Seq = d.relayOrder(w.Account)
 	case "":
 		return skipped(&w), dropf(ReasonMissingField, "kind missing")
 	default:
 		return skipped(&w), dropf(ReasonBadKind, "unknown kind %q", clip(w.Kind, maxQuoted))
 	}
 	return ev, nil
+}
+
+// relayOrder reads an account event's relay time and sequence number.
+// One it cannot read is left out rather than the frame dropped: the
+// status still holds, and is ordered by time_us instead. So is a time
+// not after the epoch, or past the local clock plus the skew allowance,
+// which would otherwise make every later status change of the account
+// look older; and a negative sequence number.
+func (d *Decoder) relayOrder(w *wireAccount) (time.Time, int64) {
+	var at time.Time
+	var s string
+	if json.Unmarshal(w.Time, &s) == nil {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err == nil && t.UnixMicro() > 0 && !t.After(d.now().Add(d.maxClockSkew)) {
+			at = t
+		}
+	}
+	seq, err := strconv.ParseInt(string(w.Seq), 10, 64)
+	if err != nil || seq < 0 {
+		seq = 0
+	}
+	return at, seq
 }
 
 // salvage is salvagePosition with the same position checks as Decode; a

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -95,7 +96,7 @@ func checkValidEvent(t *testing.T, dec *Decoder, ev Event) {
 			}
 		}
 	case KindAccount:
-		if ev.Account == nil || len(ev.Account.Status) > maxStatusBytes {
+		if ev.Account == nil || len(ev.Account.Status) > maxStatusBytes || ev.Account.Time.After(time.Now().Add(defaultMaxClockSkew)) {
 			t.Fatalf("bad account accepted: %+v", ev.Account)
 		}
 	case KindCommit:

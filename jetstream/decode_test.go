@@ -136,10 +136,50 @@ func TestDecodeValid(t *testing.T) {
 		if ev.Kind != KindAccount || ev.Account == nil || ev.Account.Active || ev.Account.Status != "deactivated" {
 			t.Fatalf("event: %+v", ev)
 		}
+		if want := usOf(t, "2024-09-05T06:11:04.870Z"); ev.Account.Time.UnixMicro() != want || ev.Account.Seq != 1409753013 {
+			t.Fatalf("account.time, seq = %v, %d; want %d, 1409753013", ev.Account.Time, ev.Account.Seq, want)
+		}
 		long := strings.Repeat("x", maxStatusBytes)
 		ev, err = dec.Decode([]byte(strings.Replace(accountFrame, "deactivated", long, 1)))
 		if err != nil || ev.Account.Status != long {
 			t.Fatalf("status at the length limit: %+v, %v", ev, err)
+		}
+	})
+
+	// account.time orders an account's status changes (feeds), so one
+	// past the skew allowance would make every later change look older:
+	// it is left out, as is one that cannot be read, and the event kept.
+	t.Run("account time bounded", func(t *testing.T) {
+		limit := testNow.Add(defaultMaxClockSkew)
+		cases := map[string]time.Time{
+			limit.Format(time.RFC3339Nano):                       limit,
+			limit.Add(time.Millisecond).Format(time.RFC3339Nano): {},
+			"9999-12-31T23:59:59.999Z":                           {},
+			"0001-01-01T00:00:00Z":                               {},
+			"yesterday":                                          {},
+			"":                                                   {},
+		}
+		for in, want := range cases {
+			frame := strings.Replace(accountFrame, "2024-09-05T06:11:04.870Z", in, 1)
+			ev, err := dec.Decode([]byte(frame))
+			if err != nil || ev.Account == nil || !ev.Account.Time.Equal(want) {
+				t.Errorf("account.time %q: %+v, %v; want time %v", in, ev.Account, err, want)
+			}
+		}
+	})
+
+	// Odd relay times and sequence numbers are left out, the event kept:
+	// they only order the account's events.
+	t.Run("account seq and time lenient", func(t *testing.T) {
+		for _, odd := range []string{
+			`"seq":-5,"time":12`, `"seq":"9","time":null`, `"seq":1e3,"time":{}`,
+			`"seq":99999999999999999999,"time":"2024-09-05"`, `"seq":null,"time":["x"]`,
+		} {
+			frame := strings.Replace(accountFrame, `"seq":1409753013,"time":"2024-09-05T06:11:04.870Z"`, odd, 1)
+			ev, err := dec.Decode([]byte(frame))
+			if err != nil || ev.Account == nil || ev.Account.Seq != 0 || !ev.Account.Time.IsZero() {
+				t.Errorf("account with %s: %+v, %v; want it kept, with no seq or time", odd, ev.Account, err)
+			}
 		}
 	})
 

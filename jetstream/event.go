@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -121,4 +122,14 @@ type Account struct {
 	// Status is why the account is inactive ("deactivated", "takendown",
 	// "suspended", "deleted", …); usually empty when Active.
 	Status string
+	// Time is the relay's account.time, zero when absent, unreadable, or
+	// past the local clock plus the skew allowance. Unlike the frame's
+	// time_us, every Jetstream host relays the same, so it orders one
+	// account's status changes across hosts whose clocks differ. Bounded
+	// as time_us is, so that one frame cannot pin an account's status.
+	Time time.Time
+	// Seq is the relay's account.seq, 0 when absent or unreadable. It
+	// orders only events of one relay, so it breaks ties of Time alone
+	// (a relay may stamp two changes in the same millisecond).
+	Seq int64
 }
