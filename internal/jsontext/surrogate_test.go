@@ -101,3 +101,29 @@ func loneByDecoding(t *testing.T, s string) bool {
 	}
 	return lone
 }
+
+// BenchmarkLoneSurrogate measures the check on a typical post, as the
+// Jetstream decoder and the PDS client run it on every record they store:
+// one without an escape (a scan for `\u`) and one with HTML escapes and an
+// emoji pair, as Go-encoded JSON carries them (a scan of every string).
+//
+//	go test ./internal/jsontext -run '^$' -bench LoneSurrogate -benchmem
+func BenchmarkLoneSurrogate(b *testing.B) {
+	plain := []byte(`{"$type":"app.bsky.feed.post","createdAt":"2026-12-01T22:13:54.123Z","langs":["en"],"text":"` +
+		strings.Repeat("a post of ordinary length, ", 10) + `"}`)
+	escaped := []byte(`{"$type":"app.bsky.feed.post","createdAt":"2026-12-01T22:13:54.123Z","langs":["en"],"text":"` +
+		strings.Repeat(`a \u003cb\u003e \u0026 `, 10) + `\ud83d\ude00"}`)
+	for _, c := range []struct {
+		name string
+		rec  []byte
+	}{{"plain", plain}, {"escaped", escaped}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.rec)))
+			for b.Loop() {
+				if LoneSurrogate(c.rec) {
+					b.Fatal("a valid record reported lone")
+				}
+			}
+		})
+	}
+}
