@@ -108,3 +108,54 @@ func TestAHostSendingOnlyJunkFailsOver(t *testing.T) {
 		t.Errorf("the junk frames were not counted as dropped")
 	}
 }
+
+// The junk-only check measured from the last valid frame, so a healthy
+// session ended on its first malformed frame whenever that frame came more
+// than ReadTimeout after the last valid one: after a quiet spell kept by
+// pings alone (a narrow wantedCollections filter), or after a long wait
+// for room in the caller's queue. With nothing delivered yet, the quiet
+// session even failed over. Only a run of junk lasting ReadTimeout ends a
+// session.
+func TestOneMalformedFrameAfterAQuietSpellKeepsTheSession(t *testing.T) {
+	const readTimeout = 300 * time.Millisecond
+	junk := `{"did":"not-a-did","time_us":1,"kind":"commit"}`
+
+	t.Run("pings only", func(t *testing.T) {
+		srv := newFakeServer(t, func(_ int, conn *websocket.Conn) {
+			for end := time.Now().Add(2 * readTimeout); time.Now().Before(end); {
+				if conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second)) != nil {
+					return
+				}
+				time.Sleep(readTimeout / 6)
+			}
+			send(conn, junk, deleteFrame)
+			holdOpen(conn)
+		})
+		other := newFakeServer(t, func(_ int, conn *websocket.Conn) { holdOpen(conn) })
+		h := startClient(t, Config{URLs: []string{srv.url, other.url}, ReadTimeout: readTimeout}, fixed(Position{}), 10)
+		ev := h.next(t)
+		if ev.Host != srv.url || ev.Session != 1 {
+			t.Fatalf("event from %s in session %d; want the first session on %s", ev.Host, ev.Session, srv.url)
+		}
+		if n := len(other.dials()); n != 0 {
+			t.Errorf("failed over to the second host (%d dials)", n)
+		}
+	})
+
+	t.Run("long wait for room", func(t *testing.T) {
+		srv := newFakeServer(t, func(_ int, conn *websocket.Conn) {
+			send(conn, postFrame, junk, deleteFrame)
+			holdOpen(conn)
+		})
+		// out holds nothing: the first event waits until it is read.
+		h := startClient(t, Config{URLs: []string{srv.url}, ReadTimeout: readTimeout}, fixed(Position{}), 0)
+		time.Sleep(2 * readTimeout)
+		first, second := h.next(t), h.next(t)
+		if first.Session != 1 || second.Session != 1 {
+			t.Fatalf("events in sessions %d and %d; want both in the first", first.Session, second.Session)
+		}
+		if n := len(srv.dials()); n != 1 {
+			t.Errorf("%d dials; want 1", n)
+		}
+	})
+}

@@ -40,8 +40,8 @@ func (e *refusedError) Unwrap() error { return e.Err }
 // errRestart ends a session on Restart.
 var errRestart = errors.New("restart requested")
 
-// errOnlyJunk ends a session that read frames but no valid one for
-// ReadTimeout. Each frame renews the read deadline, so without it a host
+// errOnlyJunk ends a session whose malformed frames, with no valid one
+// between them, have run for ReadTimeout. Each frame renews the read deadline, so without it a host
 // sending nothing but junk would hold the client forever, the position
 // still, and never let it fail over.
 var errOnlyJunk = errors.New("no valid frame within the read timeout")
@@ -139,13 +139,19 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 	// A sequence cursor resumes on its own numbering; otherwise time_us
 	// tells a new event from a replay.
 	bySeq := pos.Seq > 0 && pos.Host == host
-	// lastValid is when the session connected or last read a valid frame.
-	lastValid := time.Now()
+	// junkSince is when the current run of malformed frames began; zero
+	// after a valid frame. Measured from the last valid frame instead, a
+	// healthy session ended on one malformed frame after a quiet spell
+	// kept by pings, or after a long wait for room in out
+	// (TestOneMalformedFrameAfterAQuietSpellKeepsTheSession).
+	var junkSince time.Time
 	dropped := func(ev *Event, derr *DropError) error {
 		report.Dropped++
 		c.m.frameDropped(derr.Reason)
 		c.drops.log(host, ev, derr)
-		if time.Since(lastValid) > c.cfg.ReadTimeout {
+		if junkSince.IsZero() {
+			junkSince = time.Now()
+		} else if time.Since(junkSince) > c.cfg.ReadTimeout {
 			endErr = errOnlyJunk
 			return endErr
 		}
@@ -206,7 +212,7 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 			}
 			continue
 		}
-		lastValid = time.Now()
+		junkSince = time.Time{}
 		c.m.eventReceived(&ev)
 
 		ev.Host = host
