@@ -96,3 +96,41 @@ func TestAccountEventsOfOneMillisecondAreOrderedBySeq(t *testing.T) {
 		}
 	}
 }
+
+// A status stored as a time_us (before schema 0018, or from an event with
+// no relay time) is compared with the next event's time_us, not its relay
+// time: a host stamps time_us when it reads the event, after the relay's
+// time, by its lag (seconds while it catches up). A deactivation stored
+// so, then a reactivation a second later whose relay time fell before
+// that time_us, was taken for older and ignored by the first build to
+// read relay times: the account's posts stayed hidden for good, where the
+// build before had applied it.
+func TestAReactivationAfterAStatusStoredByTimeUSIsApplied(t *testing.T) {
+	s := openViewerMode(t)
+	ctx := context.Background()
+	register(t, s, "v1", "following")
+	apply(t, s, follow("v1", "carol", "f1", 1), post("carol", "p1", 2))
+	const relay, lag = 1_800_000_000_000_000, 1_500_000 // the host reads events 1.5 s late
+	deactivate := AccountStatus{DID: did("carol"), Status: "deactivated", TimeUS: relay + lag}
+	reactivate := AccountStatus{DID: did("carol"), Active: true, TimeUS: relay + 1_000_000 + lag,
+		RelayTimeUS: relay + 1_000_000, RelaySeq: 9}
+	replayed := deactivate
+	replayed.RelayTimeUS, replayed.RelaySeq = relay, 8
+	for _, st := range []struct {
+		name  string
+		event AccountStatus
+		want  []string
+	}{
+		{"deactivated, no relay time", deactivate, nil},
+		{"reactivated a second later", reactivate, []string{"p1"}},
+		// Replayed after the upgrade, it carries its relay time.
+		{"the deactivation replayed", replayed, []string{"p1"}},
+	} {
+		if _, err := s.ApplyBatch(ctx, &Batch{Accounts: []AccountStatus{st.event}, Cursor: StreamCursor{TimeUS: st.event.TimeUS}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := feedRKeys(t, s, "following", "v1", postNSID); !slices.Equal(got, st.want) {
+			t.Errorf("%s: v1's feed = %v, want %v", st.name, got, st.want)
+		}
+	}
+}

@@ -32,7 +32,7 @@ func (w *txWriter) applyAccount(a *AccountStatus) error {
 		return nil
 	}
 	if at > 0 {
-		if _, err := w.tx.ExecContext(w.ctx, `UPDATE actors SET status_us = ?, status_seq = ? WHERE id = ?`, at, a.RelaySeq, id); err != nil {
+		if _, err := w.tx.ExecContext(w.ctx, `UPDATE actors SET status_us = ?, status_seq = ? WHERE id = ?`, at, a.storedSeq(), id); err != nil {
 			return fmt.Errorf("record account status time: %w", err)
 		}
 	}
@@ -105,9 +105,32 @@ func (a *AccountStatus) statusTimeUS() int64 {
 // relay's sequence number. A duplicate is not newer. The sequence number
 // is not bounded, and need not be: it decides only between events of the
 // same time, and any later one still wins.
+//
+// A status stored as a time_us (statusSeq timeUSStatus: written before
+// schema 0018, or from an event without a relay time) is compared with
+// a's time_us. A host stamps time_us when it reads the event, later than
+// the relay's time by its lag; compared with a's relay time, a change
+// that followed within that lag looked older and was lost
+// (TestAReactivationAfterAStatusStoredByTimeUSIsApplied).
 func (a *AccountStatus) newerStatus(statusUS, statusSeq int64) bool {
+	if statusSeq == timeUSStatus {
+		return a.TimeUS > statusUS
+	}
 	at := a.statusTimeUS()
 	return at > statusUS || at == statusUS && a.RelaySeq > statusSeq
+}
+
+// timeUSStatus in actors.status_seq says that status_us holds a time_us,
+// not a relay time (schema 0018).
+const timeUSStatus = -1
+
+// storedSeq is what actors.status_seq records of a: its relay sequence
+// number, or timeUSStatus when it is ordered by its time_us.
+func (a *AccountStatus) storedSeq() int64 {
+	if a.RelayTimeUS > 0 {
+		return a.RelaySeq
+	}
+	return timeUSStatus
 }
 
 // rebuildRestored asks for what a deleted account's return needs and no

@@ -38,7 +38,8 @@ var writeSQL = struct {
 	// actorStatus: whether the actor is active, and the time of the last
 	// account event applied to it (schema 0010): the relay's when the
 	// event carried it, else its time_us; then its relay sequence number
-	// (0018), which breaks ties (newerStatus).
+	// (0018), which breaks ties, or -1 when status_us is a time_us
+	// (newerStatus).
 	actorStatus: `SELECT active, status_us, status_seq FROM actors WHERE id = ?`,
 	// actorDeleted: whether an account event deleted the actor (schema
 	// 0016), and how many times one did (0017); a listing stores nothing

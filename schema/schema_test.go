@@ -179,3 +179,26 @@ func TestTwoProcessesMigratingOneFileBothSucceed(t *testing.T) {
 		t.Fatalf("user_version = %d, want %d", got, Latest())
 	}
 }
+
+// Step 0018 marks the statuses stored before it as time_us values (-1):
+// the account's next event is compared by its own time_us
+// (feeds.AccountStatus.newerStatus). An actor with no status stored keeps 0.
+func TestMigration18MarksStoredStatusesAsTimeUS(t *testing.T) {
+	db := openDB(t)
+	ctx := context.Background()
+	if err := MigrateTo(ctx, db, 17); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO actors (did, status_us) VALUES ('did:plc:a', 1800000000000000), ('did:plc:b', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := MigrateTo(ctx, db, 18); err != nil {
+		t.Fatal(err)
+	}
+	for did, want := range map[string]int64{"did:plc:a": -1, "did:plc:b": 0} {
+		var seq int64
+		if err := db.QueryRow(`SELECT status_seq FROM actors WHERE did = ?`, did).Scan(&seq); err != nil || seq != want {
+			t.Errorf("%s: status_seq = %d, %v; want %d", did, seq, err, want)
+		}
+	}
+}
