@@ -323,13 +323,14 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 		st, _ := s.store.RegisterViewer(fctx, key.viewer, key.feed, s.cfg.Now())
 		next := s.cfg.Now().Add(s.retryAfter(st.Attempts + 1))
 		record := s.store.FailFirstRead
-		if ctx.Err() != nil && stored.Load() > 0 {
+		if ctx.Err() != nil && stored.Load() > 0 && s.spareCutOff(key) {
 			// Cut off by the run timeout after it moved listing cursors:
 			// the next run resumes past them. A viewer who follows
 			// thousands of accounts on slow hosts needs several such
 			// runs, and counted, they had it given up on while each one
 			// advanced. A run cut off with nothing stored still counts
-			// (TestAFirstReadCutOffAfterProgressCountsNoAttempt).
+			// (TestAFirstReadCutOffAfterProgressCountsNoAttempt), and so
+			// does one past the spared runs (spareCutOff).
 			record = s.store.DeferFirstRead
 		}
 		if ferr := record(fctx, key.viewer, key.feed, s.owner, err.Error(), next); ferr != nil {
@@ -504,4 +505,32 @@ func countStoredPage(ctx context.Context) {
 	if n, ok := ctx.Value(storedPagesKey{}).(*atomic.Int64); ok {
 		n.Add(1)
 	}
+}
+
+// defaultSparedCutOffs is how many runs of one viewer cut off after
+// progress a process counts no attempt for. Progress is a page that moved
+// a listing's cursor, and a hostile PDS can make one every run (answer a
+// resumed cursor with an error that starts the round over, then hang), so
+// without a bound such a viewer would be retried for good, each run
+// holding a running place for the run timeout. With the default six
+// attempts, the honest viewer with thousands of follows on slow hosts gets
+// 6 + 8 runs before it is given up on.
+const defaultSparedCutOffs = 8
+
+// spareCutOff reports whether a run of key cut off after progress may go
+// uncounted, and counts it. The counts live in memory: a restart starts
+// them over, as it starts the runs over. They are forgotten together when
+// 10,000 viewers are tracked, as the admission forgets its clients.
+func (s *Service) spareCutOff(key viewerKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.sparedCutOffs[key]
+	if n >= s.maxSparedCutOffs {
+		return false
+	}
+	if len(s.sparedCutOffs) >= 10_000 {
+		clear(s.sparedCutOffs)
+	}
+	s.sparedCutOffs[key] = n + 1
+	return true
 }

@@ -52,8 +52,9 @@ type Config struct {
 	// answering just inside every request timeout must not hold a running
 	// slot for minutes. A run cut off is retried on the schedule,
 	// resuming from its stored listing cursors; it counts an attempt
-	// only if it stored no page, so a viewer whose runs keep advancing
-	// is not given up on. A run queued for a running place waits at
+	// only if it stored no page (or a process has spared the viewer 8
+	// such runs already), so a viewer whose runs keep advancing is not
+	// given up on early. A run queued for a running place waits at
 	// most as long again, uncharged.
 	RunTimeout time.Duration
 	// RetryBase and RetryMax shape the retry schedule (default 1m, 48h).
@@ -135,6 +136,11 @@ type Service struct {
 	notDue   map[viewerKey]time.Time
 	running  map[viewerKey]*firstRead
 	accounts map[accountKey]*accountRun
+	// sparedCutOffs counts, for each viewer, the runs cut off after
+	// progress that this process counted no attempt for, up to
+	// maxSparedCutOffs (spareCutOff).
+	sparedCutOffs    map[viewerKey]int
+	maxSparedCutOffs int
 	// paused holds PDS hosts that answered 429, until when (hostpause.go).
 	paused *pds.HostPauses
 
@@ -192,9 +198,12 @@ func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, 
 		notDue:   map[viewerKey]time.Time{},
 		running:  map[viewerKey]*firstRead{},
 		accounts: map[accountKey]*accountRun{},
-		paused:   pds.NewHostPauses(),
-		queue:    make(chan feeds.FollowEdge, cfg.QueueSize),
-		touches:  make(chan feeds.ViewerTouch, touchQueueSize),
+
+		sparedCutOffs:    map[viewerKey]int{},
+		maxSparedCutOffs: defaultSparedCutOffs,
+		paused:           pds.NewHostPauses(),
+		queue:            make(chan feeds.FollowEdge, cfg.QueueSize),
+		touches:          make(chan feeds.ViewerTouch, touchQueueSize),
 	}
 	s.bg, s.stopBG = context.WithCancel(context.Background())
 	for _, f := range fs {
