@@ -41,9 +41,9 @@ func (e *refusedError) Unwrap() error { return e.Err }
 var errRestart = errors.New("restart requested")
 
 // errOnlyJunk ends a session whose malformed frames, with no valid one
-// between them, have run for ReadTimeout. Each frame renews the read deadline, so without it a host
-// sending nothing but junk would hold the client forever, the position
-// still, and never let it fail over.
+// between them, have run for ReadTimeout. Each frame renews the read
+// deadline, so without it a host sending nothing but junk would hold the
+// client forever, the position still, and never let it fail over.
 var errOnlyJunk = errors.New("no valid frame within the read timeout")
 
 // sessionResult says what a session delivered.
