@@ -2,23 +2,18 @@ package backfill
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/pds/pdstest"
 )
 
 // A followee whose PDS endpoint answers 404 MethodNotImplemented (a host
 // that is not a PDS, or lacks listRecords) has its listing failed and
 // counted, to be retried: never complete, as if its repo had nothing.
 func TestAFolloweeOnAHostWithoutListRecordsIsNotListedEmpty(t *testing.T) {
-	notPDS := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusNotFound)
-		io.WriteString(w, `{"error":"MethodNotImplemented","message":"Method Not Implemented"}`)
-	}))
+	notPDS := pdstest.NewNotAPDS()
 	t.Cleanup(notPDS.Close)
 	w := newWorld(t, Config{})
 	ctx := context.Background()

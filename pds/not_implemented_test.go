@@ -1,11 +1,10 @@
 package pds
 
 import (
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/atfeeds/appview/pds/pdstest"
 )
 
 // A host that answers 404 MethodNotImplemented (not a PDS at all, or one
@@ -15,11 +14,7 @@ import (
 // failure, retried like a 5xx. A 404 that names a missing record still
 // means one.
 func TestAMethodNotImplementedIsNotARecordNotFound(t *testing.T) {
-	notPDS := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusNotFound)
-		io.WriteString(w, `{"error":"MethodNotImplemented","message":"Method Not Implemented"}`)
-	}))
+	notPDS := pdstest.NewNotAPDS()
 	t.Cleanup(notPDS.Close)
 	c := newTestClient(5 * time.Second)
 

@@ -1,24 +1,19 @@
 package profiles
 
 import (
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/atfeeds/appview/pds/pdstest"
 )
 
 // An account whose PDS endpoint answers 404 MethodNotImplemented (a host
 // that is not a PDS, or lacks getRecord) has no profile fetched, not a
 // missing one stored for good: the fetch failed, and is tried again.
 func TestAHostWithoutGetRecordStoresNoMissingProfile(t *testing.T) {
-	notPDS := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusNotFound)
-		io.WriteString(w, `{"error":"MethodNotImplemented","message":"Method Not Implemented"}`)
-	}))
+	notPDS := pdstest.NewNotAPDS()
 	t.Cleanup(notPDS.Close)
 	w := newWorld(t, Config{Wait: 5 * time.Second}, "carol")
 	w.plc.Add(did("carol"), "carol.test", notPDS.URL)

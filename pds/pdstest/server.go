@@ -422,3 +422,13 @@ func recordJSON(uri, cid string, value json.RawMessage) []byte {
 	b = append(append(b, `,"value":`...), value...)
 	return append(b, '}')
 }
+
+// NewNotAPDS starts a host that answers every request with 404
+// MethodNotImplemented, as a server that is not a PDS (or one without the
+// method) does: it says nothing about any record or repo. Close it when
+// done.
+func NewNotAPDS() *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "MethodNotImplemented", "Method Not Implemented")
+	}))
+}
