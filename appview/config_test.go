@@ -27,32 +27,6 @@ func TestExampleConfigIsDefault(t *testing.T) {
 	}
 }
 
-// Every key of Config appears in the example file, so a new field cannot
-// be added without documenting it.
-func TestExampleConfigNamesEveryKey(t *testing.T) {
-	data, err := os.ReadFile(exampleConfigPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var walk func(reflect.Type)
-	walk = func(typ reflect.Type) {
-		fields, names := yamlFields(typ)
-		for _, name := range names {
-			if !strings.Contains(string(data), name+":") {
-				t.Errorf("config.example.yaml lacks key %q of %s", name, typ)
-			}
-			ft := fields[name]
-			if ft.Kind() == reflect.Slice {
-				ft = ft.Elem()
-			}
-			if ft.Kind() == reflect.Struct {
-				walk(ft)
-			}
-		}
-	}
-	walk(reflect.TypeFor[Config]())
-}
-
 func TestDefaultConfig(t *testing.T) {
 	cfg := DefaultConfig()
 	if err := cfg.Validate(); err != nil {
