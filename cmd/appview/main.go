@@ -5,10 +5,12 @@
 //	appview health [--url URL] [--ready] [--timeout D] [--config FILE]
 //	appview version
 //	appview cursor show | reset jetstream|account|viewer …
-//	appview audit
-//	appview backfill --actor DID|HANDLE [--feed NAME]
-//	appview rebuild --feed NAME
+//	appview audit [--limit N]
+//	appview backfill --actor DID|HANDLE [--feed NAME] [--progress-every D]
+//	appview rebuild --feed NAME [--chunk N] [--progress-every D]
 //	appview migrate
+//
+// The commands that open the database take --config FILE as serve does.
 //
 // Each command lives in its own file; this one only dispatches.
 package main
@@ -113,6 +115,10 @@ func usage(w io.Writer) {
                                     stored records and follows
   appview migrate [--config FILE]   bring the database to this build's schema; run it
                                     with the daemon stopped (serve migrates too)
+
+The commands that open the database (cursor, audit, backfill, rebuild,
+migrate) take --config FILE too: give them the daemon's config, the
+same file or APPVIEW_ variables, since feeds that differ are refused.
 
 backfill and rebuild show progress on stderr (a bar on a terminal, a log
 line every --progress-every otherwise), are safe while the daemon runs, and
