@@ -55,6 +55,11 @@ const (
 	// MaxFieldValues is how many values of one field a record contributes;
 	// the rest of a longer array is not indexed.
 	MaxFieldValues = 16
+	// MaxFieldVisits is how many values at a field's path extraction
+	// examines in one record, whether they convert or not: an array of
+	// thousands of repeated or unparsable values would otherwise cost a
+	// conversion each (a datetime is three regular expressions).
+	MaxFieldVisits = 4 * MaxFieldValues
 	// MaxFieldValueBytes is the longest equality value stored or matched;
 	// a longer value is skipped, never truncated (a prefix would match
 	// records that do not hold the value).

@@ -16,17 +16,20 @@ import (
 // in bounds and ends, and finds what it finds.
 
 // extractFields returns each def's values in a record body, bounded by
-// MaxFieldValues and MaxFieldValueBytes. Values of the wrong type yield
-// nothing: a record without the field never matches a filter on it.
+// MaxFieldValues, MaxFieldVisits and MaxFieldValueBytes. Values of the
+// wrong type yield nothing: a record without the field never matches a
+// filter on it.
 func extractFields(body []byte, defs []fieldDef) [][]any {
 	out := make([][]any, len(defs))
 	for i, d := range defs {
 		var vals []any
+		visits := 0
 		walkJSON(body, d.path, func(raw []byte) bool {
+			visits++
 			if x, ok := jsonFieldValue(d.kind, raw); ok && !containsValue(vals, x) {
 				vals = append(vals, x)
 			}
-			return len(vals) < MaxFieldValues
+			return len(vals) < MaxFieldValues && visits < MaxFieldVisits
 		})
 		out[i] = vals
 	}
