@@ -134,16 +134,21 @@ func (sw *sweeper) sliceVisits(t Tick) int {
 	if events <= 0 {
 		events = int64(sw.opts.BatchEvents)
 	}
-	// Both shares in units of 1 / (BatchEvents × rowsPerVisit) of a visit,
-	// so the larger can be taken and its remainder carried exactly.
-	perVisit := max(sw.rowsPerVisit, 1)
-	unit := int64(sw.opts.BatchEvents) * perVisit
-	byEvents := int64(sw.opts.Actors) * events * perVisit
+	// Both shares in units of 1 / (BatchEvents × rowsPerVisit) of a visit
+	// (visitUnit), so the larger can be taken and its remainder carried
+	// exactly.
+	unit := sw.visitUnit()
+	byEvents := int64(sw.opts.Actors) * events * max(sw.rowsPerVisit, 1)
 	byRows := max(t.Rows, 0) * int64(sw.opts.BatchEvents)
 	sw.owedVisits += max(byEvents, byRows)
 	visits := sw.owedVisits / unit
 	sw.owedVisits -= visits * unit
 	return int(min(visits, int64(sw.opts.Actors)*maxSliceScale))
+}
+
+// visitUnit is one visit in owedVisits' unit.
+func (sw *sweeper) visitUnit() int64 {
+	return int64(sw.opts.BatchEvents) * max(sw.rowsPerVisit, 1)
 }
 
 // refundVisits gives back to the next tick the visits of a slice that
@@ -152,7 +157,7 @@ func (sw *sweeper) sliceVisits(t Tick) int {
 // live stream's next tick, owed a fraction of a visit, would otherwise
 // run none and leave those feeds over cap until the next lap.
 func (sw *sweeper) refundVisits(visits int) {
-	sw.owedVisits += int64(visits) * int64(sw.opts.BatchEvents) * max(sw.rowsPerVisit, 1)
+	sw.owedVisits += int64(visits) * sw.visitUnit()
 }
 
 // grownShare is how many of a slice's visits the grown queue may walk:
@@ -274,16 +279,16 @@ func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
 			return SweepResult{}, err
 		}
 	}
-	if sw := &s.sweep; sw.othersCommitted && !sw.grownPending {
+	sw := &s.sweep
+	if sw.othersCommitted && !sw.grownPending {
 		var pending int
 		if err := sw.stmts.grownExists.QueryRowContext(ctx).Scan(&pending); err != nil {
 			return SweepResult{}, fmt.Errorf("read grown queue: %w", err)
 		}
 		sw.grownPending = pending == 1
 	}
-	s.sweep.othersCommitted = false
+	sw.othersCommitted = false
 	var res SweepResult
-	sw := &s.sweep
 	now := t.Now.UnixMicro()
 	// A mutated tick's slice visits its batch's share; one owed less than
 	// a visit runs none (the grown queue and a due pass wait for a tick
