@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/atfeeds/appview/internal/jsontext"
 )
 
 // Extraction reads a record's JSON bytes in place: it finds the members
@@ -179,23 +181,7 @@ func keyIs(raw []byte, key string) bool {
 			i++
 			continue
 		}
-		if i+6 > len(in) || in[i+1] != 'u' {
-			return false
-		}
-		r := 0
-		for _, h := range in[i+2 : i+6] {
-			switch {
-			case h >= '0' && h <= '9':
-				r = r<<4 | int(h-'0')
-			case h >= 'a' && h <= 'f':
-				r = r<<4 | int(h-'a'+10)
-			case h >= 'A' && h <= 'F':
-				r = r<<4 | int(h-'A'+10)
-			default:
-				return false
-			}
-		}
-		if r != int(key[k]) {
+		if r, ok := jsontext.EscapedUnit(in, i); !ok || r != rune(key[k]) {
 			return false
 		}
 		i += 6

@@ -28,7 +28,7 @@ func LoneSurrogate(v []byte) bool {
 		case '"':
 			inString = false
 		case '\\':
-			r, ok := escapedUnit(v, i)
+			r, ok := EscapedUnit(v, i)
 			switch {
 			case !ok:
 				i++ // a one-character escape
@@ -37,7 +37,7 @@ func LoneSurrogate(v []byte) bool {
 			case r >= 0xdc00:
 				return true // a low surrogate first
 			default:
-				low, ok := escapedUnit(v, i+6)
+				low, ok := EscapedUnit(v, i+6)
 				if !ok || low < 0xdc00 || low > 0xdfff {
 					return true // a high surrogate not followed by a low one
 				}
@@ -48,8 +48,9 @@ func LoneSurrogate(v []byte) bool {
 	return false
 }
 
-// escapedUnit reads the \uXXXX escape at v[i:], if there is one.
-func escapedUnit(v []byte, i int) (rune, bool) {
+// EscapedUnit reads the \uXXXX escape at v[i:], if there is one: the
+// UTF-16 code unit it spells.
+func EscapedUnit(v []byte, i int) (rune, bool) {
 	if i+6 > len(v) || v[i] != '\\' || v[i+1] != 'u' {
 		return 0, false
 	}
