@@ -294,7 +294,7 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 		defer cancel()
 		var notDue *notDueError
 		var pe *pds.Error
-		if errors.As(err, &pe) && pe.Kind == pds.KindRateLimited && errors.Is(err, errHostPaused) {
+		if errors.As(err, &pe) && pe.Kind == pds.KindRateLimited && errors.Is(err, pds.ErrHostPaused) {
 			// The viewer's PDS host is paused by another account's 429:
 			// nothing was asked for this viewer. It waits the time the
 			// host asked for with no attempt counted, or a busy shared
@@ -304,7 +304,7 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 			// had its viewer retried at every read for good.)
 			wait := pe.RetryAfter
 			if wait <= 0 {
-				wait = defaultHostPause
+				wait = pds.DefaultHostPause
 			}
 			notDue = &notDueError{until: s.cfg.Now().Add(wait), last: err.Error()}
 		}

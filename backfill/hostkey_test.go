@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/atfeeds/appview/pds"
 	"github.com/atfeeds/appview/pds/pdstest"
 )
 
@@ -24,8 +25,8 @@ func TestAHostsPathsShareItsPause(t *testing.T) {
 	}
 	for _, endpoint := range []string{w.pds.URL() + "/b", w.pds.URL() + "/b/c"} {
 		_, err := w.svc.fetchPage(ctx, endpoint, b, postNSID, 10, "")
-		if !errors.Is(err, errHostPaused) {
-			// errHostPaused is returned only for a request never sent.
+		if !errors.Is(err, pds.ErrHostPaused) {
+			// pds.ErrHostPaused is returned only for a request never sent.
 			t.Errorf("listing through %s: %v, want the host's pause (no request)", endpoint, err)
 		}
 	}

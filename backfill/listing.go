@@ -312,8 +312,10 @@ func pageLimit(maxRecords, fetched int) int {
 // fetchPage asks the PDS for one page within the global and per-host
 // request limits.
 func (s *Service) fetchPage(ctx context.Context, host string, account syntax.DID, coll syntax.NSID, limit int, cursor string) (pds.Page, error) {
-	key := hostKey(host)
-	if err := s.hostPaused(key, s.cfg.Now()); err != nil {
+	// Hosts that answered 429 are paused (pds.HostPauses): no request is
+	// sent to one before the time it asked for.
+	key := pds.HostKey(host)
+	if err := s.paused.Check(key, s.cfg.Now()); err != nil {
 		s.metrics.pdsRequest("host_paused")
 		return pds.Page{}, err
 	}
@@ -324,12 +326,12 @@ func (s *Service) fetchPage(ctx context.Context, host string, account syntax.DID
 	defer release()
 	// The host may have asked us to wait while this request waited for
 	// a slot (TestNoRequestReachesAPausedHostFromTheSlotQueue).
-	if err := s.hostPaused(key, s.cfg.Now()); err != nil {
+	if err := s.paused.Check(key, s.cfg.Now()); err != nil {
 		s.metrics.pdsRequest("host_paused")
 		return pds.Page{}, err
 	}
 	page, err := s.pds.ListRecords(ctx, host, account, coll, limit, cursor)
-	s.notePause(key, err, s.cfg.Now())
+	s.paused.Note(key, err, s.cfg.Now())
 	outcome := "ok"
 	if err != nil {
 		outcome = pds.KindOf(err).String()

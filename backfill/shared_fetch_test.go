@@ -45,8 +45,8 @@ func TestASharedFolloweeFetchCutOffByItsOwnersTimeoutIsNotLost(t *testing.T) {
 		}
 	})
 	w.onNow.Store(func(time.Time) {
-		// The first clock reading after X's page came back (notePause, in
-		// A's run) waits until A's run timeout has passed: A then applies
+		// The first clock reading after X's page came back (the host
+		// pause's Note, in A's run) waits until A's run timeout has passed: A then applies
 		// the page with an ended context.
 		if armedClock.Load() && xAnswered.Load() {
 			time.Sleep(time.Until(deadline))
