@@ -13,7 +13,7 @@ import (
 	"github.com/atfeeds/appview/pds/pdstest"
 )
 
-// hostpause.go: a host that answered 429 is left alone until its
+// pds.HostPauses: a host that answered 429 is left alone until its
 // Retry-After, "no request is sent to it meanwhile". fetchPage checks the
 // pause before it waits for a request slot (limits.Acquire), not after:
 // every listing already queued for one of the host's PerHost slots sends

@@ -141,7 +141,7 @@ type Service struct {
 	// maxSparedCutOffs (spareCutOff).
 	sparedCutOffs    map[viewerKey]int
 	maxSparedCutOffs int
-	// paused holds PDS hosts that answered 429, until when (hostpause.go).
+	// paused holds PDS hosts that answered 429, until when (pds.HostPauses).
 	paused *pds.HostPauses
 
 	// runs tracks the first reads started in the background (start), so
