@@ -3,6 +3,7 @@ package feeds
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -230,36 +231,30 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 // rebuilt afresh (syncLanes). Only the daemon drops them: an operator
 // command with another config is refused before it writes (keep).
 func (s *Store) dropMootRebuilds(ctx context.Context, tx *sql.Tx, feeds []Feed) error {
-	configured := map[string]bool{}
-	for _, f := range feeds {
-		configured[f.Name] = true
+	names := make([]string, len(feeds))
+	for i, f := range feeds {
+		names[i] = f.Name
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT substr(kind, ?1) FROM cursors WHERE kind LIKE ?2`,
-		len(rebuildCursorPrefix)+1, rebuildCursorPrefix+"%")
+	configured, err := json.Marshal(names)
 	if err != nil {
-		return fmt.Errorf("read rebuild positions: %w", err)
+		return err
 	}
-	var moot []string
+	rows, err := tx.QueryContext(ctx, `DELETE FROM cursors
+		WHERE kind LIKE ?1 AND substr(kind, ?2) NOT IN (SELECT value FROM json_each(?3))
+		RETURNING substr(kind, ?2)`,
+		rebuildCursorPrefix+"%", len(rebuildCursorPrefix)+1, string(configured))
+	if err != nil {
+		return fmt.Errorf("drop rebuilds of feeds no longer configured: %w", err)
+	}
+	defer rows.Close()
 	for rows.Next() {
 		var feed string
 		if err := rows.Scan(&feed); err != nil {
-			rows.Close()
-			return fmt.Errorf("read rebuild positions: %w", err)
-		}
-		if !configured[feed] {
-			moot = append(moot, feed)
-		}
-	}
-	if err := rows.Close(); err != nil {
-		return fmt.Errorf("read rebuild positions: %w", err)
-	}
-	for _, feed := range moot {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM cursors WHERE kind = ?`, rebuildCursorPrefix+feed); err != nil {
-			return fmt.Errorf("drop the rebuild of feed %q: %w", feed, err)
+			return fmt.Errorf("drop rebuilds of feeds no longer configured: %w", err)
 		}
 		s.log.Warn("dropped the unfinished rebuild of a feed no longer configured", "feed", feed)
 	}
-	return nil
+	return rows.Err()
 }
 
 // ErrFeedsDiffer is returned by Open with Options.Existing when the
