@@ -517,10 +517,13 @@ func countStoredPage(ctx context.Context) {
 // 6 + 8 runs before it is given up on.
 const defaultSparedCutOffs = 8
 
+// maxSparedViewers bounds the viewers spareCutOff keeps counts of.
+const maxSparedViewers = 10_000
+
 // spareCutOff reports whether a run of key cut off after progress may go
 // uncounted, and counts it. The counts live in memory: a restart starts
 // them over, as it starts the runs over. They are forgotten together when
-// 10,000 viewers are tracked, as the admission forgets its clients.
+// maxSparedViewers are tracked, as the admission forgets its clients.
 func (s *Service) spareCutOff(key viewerKey) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -528,7 +531,7 @@ func (s *Service) spareCutOff(key viewerKey) bool {
 	if n >= s.maxSparedCutOffs {
 		return false
 	}
-	if len(s.sparedCutOffs) >= 10_000 {
+	if len(s.sparedCutOffs) >= maxSparedViewers {
 		clear(s.sparedCutOffs)
 	}
 	s.sparedCutOffs[key] = n + 1
