@@ -64,7 +64,8 @@ type JetstreamConfig struct {
 	URLs []string `yaml:"urls"`
 	// Rewind is subtracted from the stored cursor on reconnect: delivery
 	// is at-least-once and every write is idempotent. Zero takes the
-	// consumer's default (EffectiveRewind).
+	// consumer's default (EffectiveRewind). A failover to another host
+	// rewinds at least the decoder's clock skew allowance instead.
 	Rewind time.Duration `yaml:"rewind"`
 	// Compression asks for permessage-deflate websocket compression.
 	Compression   bool          `yaml:"compression"`
@@ -88,6 +89,13 @@ func (js JetstreamConfig) EffectiveRewind() time.Duration {
 		return jetstream.DefaultRewind
 	}
 	return js.Rewind
+}
+
+// FailoverRewind is the rewind of a failover to another host: at least
+// the clock skew the consumer allows a host's stamps, since the stored
+// position came from another clock (jetstream.Client.resumeFrom).
+func (js JetstreamConfig) FailoverRewind() time.Duration {
+	return max(js.EffectiveRewind(), jetstream.DefaultMaxClockSkew)
 }
 
 // IngestConfig describes how events are batched into transactions. A batch

@@ -47,15 +47,15 @@ func (c Config) validateSweep(fail func(field, format string, args ...any)) {
 			fail(field, "must be positive")
 		}
 	}
-	// Both windows must cover the reconnect rewind: a replayed create whose
-	// tombstone, or whose record retention retired (no feed holding it), had
-	// already gone would be stored again and fanned out, so the replay of a
-	// duplicate would change the store (docs/cursors.md).
-	rewind := c.Jetstream.EffectiveRewind()
+	// Both windows must cover the longest replay, a failover's: a replayed
+	// create whose tombstone, or whose record retention retired (no feed
+	// holding it), had already gone would be stored again and fanned out,
+	// so the replay of a duplicate would change the store (docs/cursors.md).
+	rewind := c.Jetstream.FailoverRewind()
 	if c.Sweep.TombstoneWindow > 0 && c.Sweep.TombstoneWindow < rewind {
-		fail("sweep.tombstone_window", "must cover jetstream.rewind (%s)", rewind)
+		fail("sweep.tombstone_window", "must cover a failover's rewind (%s: jetstream.rewind, at least 5m)", rewind)
 	}
 	if c.Sweep.Retention > 0 && c.Sweep.Retention < rewind {
-		fail("sweep.retention", "must cover jetstream.rewind (%s)", rewind)
+		fail("sweep.retention", "must cover a failover's rewind (%s: jetstream.rewind, at least 5m)", rewind)
 	}
 }

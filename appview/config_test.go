@@ -286,11 +286,14 @@ func TestValidate(t *testing.T) {
 		{"too much backfill concurrency", func(c *Config) { c.Backfill.Concurrency = 4_000_000_000 }, "backfill.concurrency: must be at most 1024, got 4000000000"},
 		{"zero sweep actors", func(c *Config) { c.Sweep.Actors = 0 }, "sweep.actors: must be between 1 and 50000"},
 		{"huge sweep actors", func(c *Config) { c.Sweep.Actors = 1 << 62 }, "sweep.actors: must be between 1 and 50000"},
-		{"tombstones shorter than the rewind", func(c *Config) { c.Jetstream.Rewind, c.Sweep.TombstoneWindow = time.Minute, 30*time.Second }, "sweep.tombstone_window: must cover jetstream.rewind (1m0s)"},
-		{"retention shorter than the rewind", func(c *Config) { c.Jetstream.Rewind, c.Sweep.Retention = time.Minute, 30*time.Second }, "sweep.retention: must cover jetstream.rewind (1m0s)"},
-		{"retention under the default rewind", func(c *Config) { c.Jetstream.Rewind, c.Sweep.Retention = 0, 2*time.Second }, "sweep.retention: must cover jetstream.rewind (5s)"},
-		{"windows equal to the rewind", func(c *Config) {
-			c.Jetstream.Rewind, c.Sweep.Retention, c.Sweep.TombstoneWindow = time.Minute, time.Minute, time.Minute
+		{"tombstones shorter than the rewind", func(c *Config) { c.Jetstream.Rewind, c.Sweep.TombstoneWindow = 10*time.Minute, 8*time.Minute }, "sweep.tombstone_window: must cover a failover's rewind (10m0s: jetstream.rewind, at least 5m)"},
+		{"retention shorter than the rewind", func(c *Config) { c.Jetstream.Rewind, c.Sweep.Retention = time.Minute, 30*time.Second }, "sweep.retention: must cover a failover's rewind (5m0s: jetstream.rewind, at least 5m)"},
+		{"tombstones under a failover's rewind", func(c *Config) { c.Jetstream.Rewind, c.Sweep.TombstoneWindow = 0, 4*time.Minute }, "sweep.tombstone_window: must cover a failover's rewind (5m0s: jetstream.rewind, at least 5m)"},
+		{"windows equal to a failover's rewind", func(c *Config) {
+			c.Jetstream.Rewind, c.Sweep.Retention, c.Sweep.TombstoneWindow = time.Minute, 5*time.Minute, 5*time.Minute
+		}, ""},
+		{"windows equal to a long rewind", func(c *Config) {
+			c.Jetstream.Rewind, c.Sweep.Retention, c.Sweep.TombstoneWindow = 10*time.Minute, 10*time.Minute, 10*time.Minute
 		}, ""},
 		{"zero batch size", func(c *Config) { c.Ingest.BatchSize = 0 }, "ingest.batch_size: must be between 1 and 100000"},
 		{"huge batch size", func(c *Config) { c.Ingest.BatchSize = 100001 }, "ingest.batch_size: must be between 1 and 100000"},

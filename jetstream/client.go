@@ -126,8 +126,9 @@ type Client struct {
 }
 
 // resumeFrom picks where a (re)connect to host starts, and how far to
-// rewind it. The committed position, rewound by Config.Rewind, is what
-// survives a crash, and what a first connect or a new host uses.
+// rewind it. The committed position is what survives a crash, and what a
+// first connect or a new host uses: rewound by Config.Rewind, or, when
+// another host stamped it, by hostChangeRewind.
 //
 // Within one process the events handed over are committed by the caller
 // unless it dies, so a reconnect to the same host starts from the newest
@@ -148,7 +149,21 @@ func (c *Client) resumeFrom(host string, committed Position) (Position, time.Dur
 	if last.Host == host && last.TimeUS > 0 {
 		return last, min(c.cfg.Rewind, max(c.lastSpan/2, time.Millisecond))
 	}
+	if committed.Host != "" && committed.Host != host {
+		return committed, c.hostChangeRewind()
+	}
 	return committed, c.cfg.Rewind
+}
+
+// hostChangeRewind is the rewind of a position another host stamped.
+// Each host stamps time_us with its own clock, and the decoder takes
+// frames up to its clock skew allowance ahead of ours, so a fast host's
+// position can be that far ahead of the same events on its successor:
+// rewound only Config.Rewind, a failover skipped the difference for good.
+// Replaying the allowance costs a few minutes of stream, which the
+// idempotent writes absorb.
+func (c *Client) hostChangeRewind() time.Duration {
+	return max(c.cfg.Rewind, c.dec.clockSkew())
 }
 
 // handedOver records ev as delivered. The newest time_us handed over is

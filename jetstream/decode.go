@@ -12,10 +12,13 @@ import (
 	"github.com/atfeeds/appview/internal/jsontext"
 )
 
+// DefaultMaxClockSkew is DecoderConfig.MaxClockSkew's default, and so
+// the least a failover to another host rewinds (Client.hostChangeRewind).
+const DefaultMaxClockSkew = 5 * time.Minute
+
 const (
 	defaultMaxRecordBytes = 64 << 10
 	defaultMaxDepth       = 32
-	defaultMaxClockSkew   = 5 * time.Minute
 	// maxStatusBytes bounds an account's status, a short token
 	// ("deactivated", "takendown", …) that is stored as it comes: without
 	// a bound, one frame could make it a megabyte.
@@ -77,12 +80,21 @@ func NewDecoder(cfg DecoderConfig) *Decoder {
 		d.maxDepth = defaultMaxDepth
 	}
 	if d.maxClockSkew <= 0 {
-		d.maxClockSkew = defaultMaxClockSkew
+		d.maxClockSkew = DefaultMaxClockSkew
 	}
 	if d.now == nil {
 		d.now = time.Now
 	}
 	return d
+}
+
+// clockSkew is how far ahead of the local clock a frame's time_us may
+// be (DecoderConfig.MaxClockSkew).
+func (d *Decoder) clockSkew() time.Duration {
+	if d == nil {
+		return DefaultMaxClockSkew
+	}
+	return d.maxClockSkew
 }
 
 // wireEvent mirrors a frame. Strings are validated after decoding rather

@@ -96,7 +96,7 @@ func checkValidEvent(t *testing.T, dec *Decoder, ev Event) {
 			}
 		}
 	case KindAccount:
-		if ev.Account == nil || len(ev.Account.Status) > maxStatusBytes || ev.Account.Time.After(time.Now().Add(defaultMaxClockSkew)) {
+		if ev.Account == nil || len(ev.Account.Status) > maxStatusBytes || ev.Account.Time.After(time.Now().Add(DefaultMaxClockSkew)) {
 			t.Fatalf("bad account accepted: %+v", ev.Account)
 		}
 	case KindCommit:

@@ -150,7 +150,7 @@ func TestDecodeValid(t *testing.T) {
 	// past the skew allowance would make every later change look older:
 	// it is left out, as is one that cannot be read, and the event kept.
 	t.Run("account time bounded", func(t *testing.T) {
-		limit := testNow.Add(defaultMaxClockSkew)
+		limit := testNow.Add(DefaultMaxClockSkew)
 		cases := map[string]time.Time{
 			limit.Format(time.RFC3339Nano):                       limit,
 			limit.Add(time.Millisecond).Format(time.RFC3339Nano): {},
