@@ -71,6 +71,11 @@ type JetstreamConfig struct {
 	Compression   bool          `yaml:"compression"`
 	MaxFrameBytes int64         `yaml:"max_frame_bytes"`
 	ReadTimeout   time.Duration `yaml:"read_timeout"`
+	// IdleTimeout moves to the next URL when no event arrives for this
+	// long though the host's pings keep the connection open: Jetstream
+	// sends identity and account events whatever the filter, so on the
+	// real network silence is a stalled host. Zero never does.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// QueueSize bounds the channel between the read loop and the writer.
 	// A catch-up batch grows only while events are queued, so the queue
 	// must hold a good part of one (docs/benchmarks.md).
@@ -179,6 +184,7 @@ func DefaultConfig() Config {
 			Compression:     true,
 			MaxFrameBytes:   1 << 20,
 			ReadTimeout:     60 * time.Second,
+			IdleTimeout:     5 * time.Minute,
 			QueueSize:       16384,
 			RetentionWindow: 36 * time.Hour,
 		},

@@ -64,6 +64,9 @@ func (c Config) Validate() error {
 	if js.ReadTimeout <= 0 {
 		fail("jetstream.read_timeout", "must be positive")
 	}
+	if js.IdleTimeout < 0 {
+		fail("jetstream.idle_timeout", "must not be negative")
+	}
 	if js.QueueSize <= 0 || js.QueueSize > 1_000_000 {
 		// A channel of events is allocated whole at start: a huge value
 		// would end the process out of memory instead of with this error.

@@ -133,6 +133,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		Compression:       cfg.Jetstream.Compression,
 		MaxFrameBytes:     cfg.Jetstream.MaxFrameBytes,
 		ReadTimeout:       cfg.Jetstream.ReadTimeout,
+		IdleTimeout:       cfg.Jetstream.IdleTimeout,
 		UserAgent:         "atfeeds-appview/" + Version,
 		OnSessionEnd:      sessions.add,
 		QueueBytes:        queueBytes,

@@ -52,6 +52,12 @@ type Config struct {
 	// this long, or only malformed frames; default 60s (servers ping every
 	// 30s).
 	ReadTimeout time.Duration
+	// IdleTimeout ends a session that hands over no event for this long,
+	// though the server's pings keep its connection alive, and tries the
+	// next URL. Jetstream sends identity and account events whatever the
+	// filter, every second or so on the real network, so a silent host is
+	// a stalled one. 0 never ends a session for it.
+	IdleTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the wait between dials; default
 	// 250ms and 30s.
 	MinBackoff, MaxBackoff time.Duration
@@ -361,6 +367,10 @@ func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Eve
 			continue
 		}
 		switch {
+		case errors.Is(err, errIdle):
+			// The host went silent: another may still carry the stream.
+			c.m.idleTimeout()
+			host, attempt, stalled = (host+1)%len(c.cfg.URLs), 0, 0
 		case res.progressed:
 			// The host works: stay on it (a sequence cursor is only good
 			// there) and start the backoff over.

@@ -21,6 +21,7 @@ type Metrics struct {
 	dropped    *prometheus.CounterVec
 	reconnects prometheus.Counter
 	stepAways  prometheus.Counter
+	idle       prometheus.Counter
 	dialErrors prometheus.Counter
 	connected  prometheus.Gauge
 	bytes      prometheus.Counter
@@ -54,6 +55,10 @@ func NewMetrics(reg prometheus.Registerer, collections []string) *Metrics {
 			Namespace: ns, Subsystem: sub, Name: "step_aways_total",
 			Help: "Sessions the client closed itself because the consumer's queue stayed full (a long catch-up batch); it redials once there is room.",
 		}),
+		idle: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "idle_timeouts_total",
+			Help: "Sessions ended because no event came for jetstream.idle_timeout (a stalled host); the client tries the next URL.",
+		}),
 		dialErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "dial_errors_total",
 			Help: "Websocket dials that failed or were refused.",
@@ -75,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer, collections []string) *Metrics {
 			m.exact[c] = struct{}{}
 		}
 	}
-	reg.MustRegister(m.received, m.dropped, m.reconnects, m.stepAways, m.dialErrors, m.connected, m.bytes)
+	reg.MustRegister(m.received, m.dropped, m.reconnects, m.stepAways, m.idle, m.dialErrors, m.connected, m.bytes)
 
 	// Create the expected series up front so dashboards see zeros rather
 	// than gaps before the first event.
@@ -135,6 +140,13 @@ func (m *Metrics) steppedAway() {
 		return
 	}
 	m.stepAways.Inc()
+}
+
+func (m *Metrics) idleTimeout() {
+	if m == nil {
+		return
+	}
+	m.idle.Inc()
 }
 
 func (m *Metrics) dialError() {

@@ -46,6 +46,42 @@ var errRestart = errors.New("restart requested")
 // client forever, the position still, and never let it fail over.
 var errOnlyJunk = errors.New("no valid frame within the read timeout")
 
+// errIdle ends a session that handed over no event for
+// Config.IdleTimeout, though pings kept its connection alive.
+var errIdle = errors.New("no event within the idle timeout")
+
+// readState is what the read loop and the ping handler share.
+type readState struct {
+	// inMessage is set while a message is read: pings then renew nothing.
+	inMessage bool
+	// idleBy, when set, is when the session ends for want of an event
+	// (Config.IdleTimeout): no read deadline reaches past it.
+	idleBy time.Time
+}
+
+// readDeadline is the deadline of the next read: ReadTimeout from now,
+// but no later than the idle limit.
+func (c *Client) readDeadline(st *readState) time.Time {
+	d := time.Now().Add(c.cfg.ReadTimeout)
+	if !st.idleBy.IsZero() && st.idleBy.Before(d) {
+		return st.idleBy
+	}
+	return d
+}
+
+// idle reports whether err, from a read, is the idle limit passing.
+func (st *readState) idle(err error) bool {
+	var ne net.Error
+	return !st.idleBy.IsZero() && !time.Now().Before(st.idleBy) && errors.As(err, &ne) && ne.Timeout()
+}
+
+// awake moves the idle limit on after an event.
+func (c *Client) awake(st *readState) {
+	if c.cfg.IdleTimeout > 0 {
+		st.idleBy = time.Now().Add(c.cfg.IdleTimeout)
+	}
+}
+
 // sessionResult says what a session delivered.
 type sessionResult struct {
 	delivered int
@@ -131,9 +167,9 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 		}
 	}()
 	defer conn.Close()
-	// inMessage is set while a message is read: pings then renew nothing.
-	var inMessage bool
-	c.keepalive(conn, &inMessage)
+	var st readState
+	c.awake(&st)
+	c.keepalive(conn, &st)
 
 	var buf bytes.Buffer
 	// A sequence cursor resumes on its own numbering; otherwise time_us
@@ -158,7 +194,7 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 		return nil
 	}
 	for {
-		typ, truncated, err := c.readFrame(conn, &buf, &inMessage)
+		typ, truncated, err := c.readFrame(conn, &buf, &st)
 		if errors.Is(err, errCorruptMessage) {
 			// The message's own fault: the connection's framing is
 			// intact, and the next message is decompressed on its own.
@@ -177,6 +213,10 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 				endErr = errRestart
 				return res, errRestart
 			default:
+			}
+			if st.idle(err) {
+				endErr = errIdle
+				return res, errIdle
 			}
 			endErr = fmt.Errorf("read frame: %w", err)
 			return res, endErr
@@ -237,6 +277,7 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 			return res, nil
 		}
 		res.delivered++
+		c.awake(&st)
 		if ev.TimeUS > pos.TimeUS || (bySeq && ev.Seq > pos.Seq) {
 			res.progressed = true
 		}
@@ -268,19 +309,19 @@ const maxDiscardFrames = 16
 // memory stays bounded either way. gorilla's own read
 // limit is not used: it kills the connection, and with compression it
 // counts compressed bytes. A message must end within ReadTimeout of its
-// start: inMessage keeps the pings read between its frames from renewing
-// the deadline, so a server sending one endless message cannot hold the
-// session (keepalive).
-func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer, inMessage *bool) (typ int, truncated bool, err error) {
+// start: st.inMessage keeps the pings read between its frames from
+// renewing the deadline, so a server sending one endless message cannot
+// hold the session (keepalive).
+func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer, st *readState) (typ int, truncated bool, err error) {
 	// A message left unread (abandoned below: too long, or corrupt) is
 	// still in progress: the NextReader below skips its rest under its
 	// own deadline, and the pings read meanwhile renew nothing (inMessage
 	// stayed set), so an endless one still ends the session. The wait
 	// for the next message after it falls under that deadline too: a
 	// quiet stream then redials, a cost only such a message brings.
-	skipping := *inMessage
+	skipping := st.inMessage
 	if !skipping {
-		if err := conn.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout)); err != nil {
+		if err := conn.SetReadDeadline(c.readDeadline(st)); err != nil {
 			return 0, false, err
 		}
 	}
@@ -289,13 +330,13 @@ func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer, inMessage *b
 		return 0, false, err
 	}
 	if skipping {
-		if err := conn.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout)); err != nil {
+		if err := conn.SetReadDeadline(c.readDeadline(st)); err != nil {
 			return 0, false, err
 		}
 	}
-	*inMessage = true
+	st.inMessage = true
 	abandoned := false
-	defer func() { *inMessage = abandoned }()
+	defer func() { st.inMessage = abandoned }()
 	buf.Reset()
 	n, err := buf.ReadFrom(io.LimitReader(r, c.cfg.MaxFrameBytes+1))
 	if err != nil {
@@ -348,16 +389,16 @@ func (c *Client) corrupt(err error) error {
 
 // keepalive renews the read deadline on pings and pongs as well as frames,
 // so a quiet but healthy stream (a narrow wantedCollections filter) is not
-// mistaken for a dead one. Pings are answered here, inside the read loop,
-// which is why that loop must never wait on anything slower than out.
-// Between the frames of a message (inMessage, set by readFrame) they renew
-// nothing: the message's own deadline stands.
-func (c *Client) keepalive(conn *websocket.Conn, inMessage *bool) {
+// mistaken for a dead one, up to Config.IdleTimeout. Pings are answered
+// here, inside the read loop, which is why that loop must never wait on
+// anything slower than out. Between the frames of a message (st.inMessage,
+// set by readFrame) they renew nothing: the message's own deadline stands.
+func (c *Client) keepalive(conn *websocket.Conn, st *readState) {
 	renew := func() error {
-		if *inMessage {
+		if st.inMessage {
 			return nil
 		}
-		return conn.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
+		return conn.SetReadDeadline(c.readDeadline(st))
 	}
 	conn.SetPingHandler(func(data string) error {
 		_ = renew()
