@@ -352,9 +352,12 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 // holdClaim renews the run's first-read claim every third of the lease
 // until stop is called, so a run longer than the lease (an operator's
 // backfill of a large account has no run timeout) is not taken over by
-// another process meanwhile, and does not end in ErrClaimLost. stop
-// returns once no renewal can follow: the claim is then released or
-// completed without being taken again.
+// another process meanwhile, and does not end in ErrClaimLost. A renewal
+// that fails (the database locked past its busy timeout, say) leaves the
+// claim held, so the next tick tries again, still within the lease; only
+// a claim no longer held (released by a gap, or taken over) ends the
+// renewals. stop returns once no renewal can follow: the claim is then
+// released or completed without being taken again.
 func (s *Service) holdClaim(ctx context.Context, key viewerKey) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -368,11 +371,14 @@ func (s *Service) holdClaim(ctx context.Context, key viewerKey) (stop func()) {
 				return
 			case <-t.C:
 			}
-			held, err := s.store.RenewFirstRead(ctx, key.viewer, key.feed, s.owner, s.cfg.Now(), s.cfg.Lease)
-			if err != nil || !held {
-				if ctx.Err() == nil {
-					s.log.Warn("first-read claim not renewed", "viewer", key.viewer, "feed", key.feed, "err", err)
-				}
+			held, err := s.renew(ctx, key.viewer, key.feed, s.owner, s.cfg.Now(), s.cfg.Lease)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				s.log.Warn("first-read claim not renewed, retrying", "viewer", key.viewer, "feed", key.feed, "err", err)
+			case !held:
+				s.log.Warn("first-read claim lost", "viewer", key.viewer, "feed", key.feed)
 				return
 			}
 		}

@@ -120,7 +120,10 @@ type Service struct {
 	log      *slog.Logger
 	metrics  *Metrics
 	// owner names this process in first-read claims.
-	owner  string
+	owner string
+	// renew is the store's RenewFirstRead, which holdClaim calls; a test
+	// makes one renewal fail.
+	renew  func(ctx context.Context, viewer syntax.DID, feed, owner string, now time.Time, lease time.Duration) (bool, error)
 	limits *pds.Limiter
 	admit  *admission
 
@@ -192,6 +195,7 @@ func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, 
 		log:      log.With("component", "backfill"),
 		metrics:  m,
 		owner:    hex.EncodeToString(b[:]),
+		renew:    store.RenewFirstRead,
 		limits:   pds.NewLimiter(cfg.Concurrency, cfg.PerHost),
 		admit:    newAdmission(cfg.Admission),
 		complete: map[viewerKey]time.Time{},
