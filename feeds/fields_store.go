@@ -12,6 +12,16 @@ import (
 // shrink Store.backlogSlice instead.
 const fieldBacklogSlice = 1000
 
+// fieldBacklogBytes also bounds one backlog slice: it stops after the
+// record whose body brings the JSON read past this many bytes (at least
+// one record a slice, so it always progresses). Extraction costs time in
+// proportion to a record's size, and records may be up to 64 KiB: 1,000
+// hostile ones would hold the write lock, which live ingest needs, for
+// about half a second. 1 MiB keeps a slice to milliseconds while ordinary
+// posts (well under 1 KiB each) still fill the 1,000-record bound first.
+// Tests shrink Store.backlogBytes instead.
+const fieldBacklogBytes = 1 << 20
+
 // fieldBacklog is a declared field whose values are not yet extracted from
 // the records stored before it was declared: those with after < id <= end.
 type fieldBacklog struct {
@@ -141,9 +151,11 @@ func (w *txWriter) storeFields(recordID, collID int64, body []byte, replace bool
 
 // extractBacklog runs one bounded backlog slice: the next
 // fieldBacklogSlice stored records, in id order, of the first field with
-// a backlog get that field's values. Records written meanwhile got theirs
-// at ingest; extracting them again replaces the same values. The caller
-// holds writeMu.
+// a backlog get that field's values, stopping early once the bodies read
+// reach fieldBacklogBytes; the saved position then covers only the
+// records up to the last one extracted. Records written meanwhile got
+// theirs at ingest; extracting them again replaces the same values. The
+// caller holds writeMu.
 func (s *Store) extractBacklog(ctx context.Context, res *SweepResult) error {
 	if len(s.fieldBacklog) == 0 {
 		return nil
@@ -183,7 +195,8 @@ func (s *Store) extractBacklog(ctx context.Context, res *SweepResult) error {
 		after = b.end
 	}
 	defs := []fieldDef{b.def}
-	for _, id := range ids {
+	read := 0
+	for i, id := range ids {
 		var body []byte
 		if err := w.tx.QueryRowContext(ctx, `SELECT body FROM records WHERE id = ?`, id).Scan(&body); err != nil {
 			return fmt.Errorf("field backlog: read record: %w", err)
@@ -195,6 +208,12 @@ func (s *Store) extractBacklog(ctx context.Context, res *SweepResult) error {
 			if _, err := w.exec(s.stmts.insertField, id, b.def.id, v); err != nil {
 				return fmt.Errorf("field backlog: %w", err)
 			}
+		}
+		// Past the byte bound, the records after this one wait for the
+		// next slice: the position stops here, so none is skipped.
+		if read += len(body); read >= s.backlogBytes && i < len(ids)-1 {
+			ids, after = ids[:i+1], id
+			break
 		}
 	}
 	if _, err := w.tx.ExecContext(ctx, `UPDATE record_field_defs SET backlog_after_id = ? WHERE id = ?`, after, b.def.id); err != nil {

@@ -276,3 +276,64 @@ func TestListedRecordsGetFields(t *testing.T) {
 		t.Fatalf("%d field values stored (%v), want 3", n, err)
 	}
 }
+
+// TestFieldBacklogBoundedByBytes: a backlog slice also stops once the
+// record bodies it has read reach the byte bound, saving its position at
+// the last record it extracted, so large records cannot hold the write
+// lock for a whole 1,000-record slice; further slices extract the rest,
+// none skipped.
+func TestFieldBacklogBoundedByBytes(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	s := mustOpenAt(t, path, filterFeeds())
+	apply(t, s, follow("alice", "carol", "f1", 1))
+	pad := strings.Repeat("x", 2000)
+	var batch []Change
+	for i := range 10 {
+		c := langPost("carol", fmt.Sprintf("p%02d", i), int64(10+i), "en")
+		c.Record = json.RawMessage(fmt.Sprintf(`{"$type":"app.bsky.feed.post","text":%q,"langs":["en"]}`, pad))
+		batch = append(batch, c)
+	}
+	apply(t, s, batch...)
+	s.Close()
+
+	s = mustOpenAt(t, path, filterFeeds(filterFields[0]))
+	var ids []int64
+	var size int
+	rows, err := s.reader.Query(`SELECT id, length(body) FROM records ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id, &size); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Close(); err != nil || len(ids) != 10 {
+		t.Fatalf("%d records, %v", len(ids), err)
+	}
+	// Every body is the same size: the third one read reaches the bound.
+	s.backlogBytes = 2*size + 1
+	if _, err := s.SweepTick(context.Background(), Tick{Now: time.Unix(1_800_000_000, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, s, `SELECT count(DISTINCT record_id) FROM record_fields`); n != 3 {
+		t.Fatalf("one slice extracted %d records, want 3 (byte bound %d, bodies of %d)", n, s.backlogBytes, size)
+	}
+	if after := count(t, s, `SELECT backlog_after_id FROM record_field_defs`); int64(after) != ids[2] {
+		t.Fatalf("backlog_after_id = %d after one slice, want %d (the third record)", after, ids[2])
+	}
+	if ticks := sweepUntilIdle(t, s); ticks < 3 {
+		t.Fatalf("rest of the backlog done in %d ticks, want 3 (3, 3, 1 records)", ticks)
+	}
+	if n := s.FieldBacklog(); n != 0 {
+		t.Fatalf("backlog of %d fields after sweeping", n)
+	}
+	if n := count(t, s, `SELECT count(DISTINCT record_id) FROM record_fields`); n != 10 {
+		t.Fatalf("%d records extracted, want all 10", n)
+	}
+	if got, _ := filteredRKeys(t, s, 100, 0, langsFilter("en")); len(got) != 10 {
+		t.Fatalf("after the backlog: %d matches, want all 10", len(got))
+	}
+}

@@ -160,6 +160,7 @@ type Store struct {
 	// extracting, guarded by writeMu (fields_store.go).
 	fieldBacklog []*fieldBacklog
 	backlogSlice int // records one backlog slice examines (fieldBacklogSlice)
+	backlogBytes int // record bytes one backlog slice reads (fieldBacklogBytes)
 
 	viewers *viewerSet // registered viewers, in memory (viewer_set.go)
 	// viewerVersion is the viewer_set_version the set holds.
@@ -299,6 +300,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		profiles:      opts.Profiles,
 		sweep:         sweeper{opts: opts.Sweep.withDefaults(), probeBudget: retentionProbeBudget},
 		backlogSlice:  fieldBacklogSlice,
+		backlogBytes:  fieldBacklogBytes,
 		viewers:       newViewerSet(),
 		recordCache:   newRecordCache(int64(opts.RecordCacheMB) << 20),
 	}
