@@ -145,6 +145,7 @@ func (w *txWriter) commit() error {
 	if err != nil {
 		return err
 	}
+	w.s.recordCache.created(w.created, w.changedRecords)
 	w.s.identities.changed(w.identities)
 	if w.gapID > 0 {
 		w.s.gapCommitted(w.gapID)
@@ -181,6 +182,9 @@ type txWriter struct {
 	// changedRecords were updated or deleted; the record cache forgets
 	// them before the commit.
 	changedRecords []int64
+	// created are the target records created, for the record cache once
+	// committed (cacheCreated).
+	created []*cachedRecord
 	// identities had an identity event; the identity log hears of them
 	// once committed.
 	identities []syntax.DID

@@ -3,6 +3,7 @@ package feeds
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,7 +51,18 @@ type recordCache struct {
 	// sized, when set, is told the bytes held after every change, under
 	// mu, so a gauge never ends on an older value than the cache holds.
 	sized func(bytes int64)
+	// lookups counts pages looked up; created compares it with what it
+	// saw (seenLookups) to tell whether pages are being read, and
+	// quietCommits counts its calls since it last saw one.
+	lookups, seenLookups uint64
+	quietCommits         int
 }
+
+// quietCommitsLimit is how many commits created goes on caching after
+// the last page read: a daemon nobody reads from (a catch-up before the
+// readers come, the ingest benchmark) spends neither memory nor time on
+// records no page may show.
+const quietCommitsLimit = 100
 
 // cachedRecord is an immutable copy of a record's page fields: readers
 // share it, so nobody may change it (or its Value's bytes) once cached.
@@ -118,7 +130,7 @@ func newRecordCache(maxBytes int64) *recordCache {
 	if maxBytes <= 0 {
 		return nil
 	}
-	return &recordCache{maxBytes: maxBytes, byID: map[int64]int32{}}
+	return &recordCache{maxBytes: maxBytes, byID: map[int64]int32{}, quietCommits: quietCommitsLimit}
 }
 
 // snapshot returns the epoch to pass to put for rows read from a query
@@ -138,6 +150,7 @@ func (c *recordCache) lookup(keys []PageKey, recs []*cachedRecord) (hits int) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.lookups++
 	for i, k := range keys {
 		slot, ok := c.byID[k.RecordID]
 		if !ok {
@@ -161,6 +174,53 @@ func (c *recordCache) put(epoch uint64, recs []*cachedRecord) {
 	if epoch%2 != 0 || c.epoch.Load() != epoch {
 		return
 	}
+	c.putLocked(recs)
+}
+
+// created caches the records a commit created, once it is done. They
+// are the newest posts, the ones first pages show, and each is about to
+// be read by its author's followers, the first of whom would otherwise
+// miss it and query the file: nearly every miss of a page read beside a
+// live stream (docs/benchmarks.md, twenty-first round). Only the writer
+// calls it, after its commit and before its next, so no version it adds
+// is older than the record's last committed change; a record the same
+// commit changed after creating it (changed) is left out. A commit of
+// another process is forgotten with everything else at the writer's next
+// begin (forgetAll), as for records readers put.
+func (c *recordCache) created(recs []*cachedRecord, changed []int64) {
+	if c == nil || len(recs) == 0 || !c.beingRead() {
+		return
+	}
+	if len(changed) > 0 {
+		gone := make(map[int64]struct{}, len(changed))
+		for _, id := range changed {
+			gone[id] = struct{}{}
+		}
+		recs = slices.DeleteFunc(recs, func(r *cachedRecord) bool {
+			_, ok := gone[r.id]
+			return ok
+		})
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.putLocked(recs)
+}
+
+// beingRead reports whether a page was read within the last
+// quietCommitsLimit calls of created, its caller.
+func (c *recordCache) beingRead() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lookups != c.seenLookups {
+		c.seenLookups, c.quietCommits = c.lookups, 0
+	} else if c.quietCommits < quietCommitsLimit {
+		c.quietCommits++
+	}
+	return c.quietCommits < quietCommitsLimit
+}
+
+// putLocked caches recs; c.mu is held.
+func (c *recordCache) putLocked(recs []*cachedRecord) {
 	for _, r := range recs {
 		n := r.size()
 		if n > c.maxBytes/16 {

@@ -1,6 +1,10 @@
 package feeds
 
-import "fmt"
+import (
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+)
 
 // applyTarget stores a target record and fans it out. A create inserts the
 // record and queues it for the transaction's fan-out (fanout.go): one
@@ -92,6 +96,7 @@ func (w *txWriter) applyTarget(c *Change, collID int64) error {
 	if err := w.queueFanout(actorID, collID, sortUS, recordID); err != nil {
 		return err
 	}
+	w.cacheCreated(c, collID, sortUS, recordID)
 	w.res.Applied++
 	return nil
 }
@@ -118,8 +123,21 @@ func (w *txWriter) createNew(c *Change, actorID, collID int64) (done bool, err e
 	if err := w.queueFanout(actorID, collID, sortUS, recordID); err != nil {
 		return false, err
 	}
+	w.cacheCreated(c, collID, sortUS, recordID)
 	w.res.Applied++
 	return true, nil
+}
+
+// cacheCreated keeps a created record for the record cache, which takes
+// it once the transaction commits (recordCache.created). A record the
+// read path would refuse (invalid JSON or UTF-8) is left for it to find.
+func (w *txWriter) cacheCreated(c *Change, collID, sortUS, recordID int64) {
+	if w.s.recordCache == nil || !json.Valid(c.Record) || !utf8.Valid(c.Record) {
+		return
+	}
+	r := &cachedRecord{id: recordID, collectionID: collID, sortUS: sortUS, timeUS: c.TimeUS}
+	r.setBytes([]byte(c.DID), string(c.Collection), []byte(c.RKey), []byte(c.CID), c.Record)
+	w.created = append(w.created, r)
 }
 
 // unfeedRecord removes a record from every lane carrying its collection,
