@@ -183,8 +183,10 @@ type txWriter struct {
 	// them before the commit.
 	changedRecords []int64
 	// created are the target records created, for the record cache once
-	// committed (cacheCreated).
-	created []*cachedRecord
+	// committed (cacheCreated); cacheCreates says whether to keep them:
+	// 0 until the first create asks the cache, then 1 or -1.
+	created      []*cachedRecord
+	cacheCreates int8
 	// identities had an identity event; the identity log hears of them
 	// once committed.
 	identities []syntax.DID

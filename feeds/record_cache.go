@@ -51,15 +51,15 @@ type recordCache struct {
 	// sized, when set, is told the bytes held after every change, under
 	// mu, so a gauge never ends on an older value than the cache holds.
 	sized func(bytes int64)
-	// lookups counts pages looked up; created compares it with what it
+	// lookups counts pages looked up; beingRead compares it with what it
 	// saw (seenLookups) to tell whether pages are being read, and
 	// quietCommits counts its calls since it last saw one.
 	lookups, seenLookups uint64
 	quietCommits         int
 }
 
-// quietCommitsLimit is how many commits created goes on caching after
-// the last page read: a daemon nobody reads from (a catch-up before the
+// quietCommitsLimit is how many transactions go on caching the records
+// they create after the last page read: a daemon nobody reads from (a catch-up before the
 // readers come, the ingest benchmark) spends neither memory nor time on
 // records no page may show.
 const quietCommitsLimit = 100
@@ -180,15 +180,16 @@ func (c *recordCache) put(epoch uint64, recs []*cachedRecord) {
 // created caches the records a commit created, once it is done. They
 // are the newest posts, the ones first pages show, and each is about to
 // be read by its author's followers, the first of whom would otherwise
-// miss it and query the file: nearly every miss of a page read beside a
-// live stream (docs/benchmarks.md, twenty-first round). Only the writer
+// miss it and query the file: once the cache is warm, nearly every miss
+// of a page read beside a live stream (docs/benchmarks.md, twenty-first
+// round). Only the writer
 // calls it, after its commit and before its next, so no version it adds
 // is older than the record's last committed change; a record the same
 // commit changed after creating it (changed) is left out. A commit of
 // another process is forgotten with everything else at the writer's next
 // begin (forgetAll), as for records readers put.
 func (c *recordCache) created(recs []*cachedRecord, changed []int64) {
-	if c == nil || len(recs) == 0 || !c.beingRead() {
+	if c == nil || len(recs) == 0 {
 		return
 	}
 	if len(changed) > 0 {
@@ -207,8 +208,12 @@ func (c *recordCache) created(recs []*cachedRecord, changed []int64) {
 }
 
 // beingRead reports whether a page was read within the last
-// quietCommitsLimit calls of created, its caller.
+// quietCommitsLimit calls, one a transaction that creates records
+// (txWriter.cacheCreated). A nil cache is never read.
 func (c *recordCache) beingRead() bool {
+	if c == nil {
+		return false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lookups != c.seenLookups {

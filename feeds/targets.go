@@ -129,10 +129,18 @@ func (w *txWriter) createNew(c *Change, actorID, collID int64) (done bool, err e
 }
 
 // cacheCreated keeps a created record for the record cache, which takes
-// it once the transaction commits (recordCache.created). A record the
-// read path would refuse (invalid JSON or UTF-8) is left for it to find.
+// it once the transaction commits (recordCache.created), while pages are
+// being read: asked once a transaction, at its first create, so a
+// catch-up nobody reads builds no entries. A record the read path would
+// refuse (invalid JSON or UTF-8) is left for it to find.
 func (w *txWriter) cacheCreated(c *Change, collID, sortUS, recordID int64) {
-	if w.s.recordCache == nil || !json.Valid(c.Record) || !utf8.Valid(c.Record) {
+	if w.cacheCreates == 0 {
+		w.cacheCreates = -1
+		if w.s.recordCache.beingRead() {
+			w.cacheCreates = 1
+		}
+	}
+	if w.cacheCreates < 0 || !json.Valid(c.Record) || !utf8.Valid(c.Record) {
 		return
 	}
 	r := &cachedRecord{id: recordID, collectionID: collID, sortUS: sortUS, timeUS: c.TimeUS}
