@@ -2,7 +2,9 @@ package appview
 
 import (
 	"net"
+	"net/netip"
 	"strconv"
+	"strings"
 )
 
 // HTTPConfig describes the HTTP listeners.
@@ -49,19 +51,57 @@ func checkListen(fail func(field, format string, args ...any), key, addr, exampl
 
 // sameListenAddress reports whether two valid listen addresses would
 // claim the same port: the same port on the same host, or on any host
-// when either is a wildcard (":8080" covers "127.0.0.1:8080"). Port 0
-// picks a free port each time, so two of them never collide. Other
-// overlaps (a name and its address) fail at start, when the second
-// listen does.
+// when either is a wildcard (":8080" covers "127.0.0.1:8080"). Hosts
+// are compared as addresses where they can be without a lookup, so
+// "::ffff:127.0.0.1" is "127.0.0.1", and "localhost" is both loopback
+// addresses: validation must not depend on DNS, and a clash it misses
+// only shows at start, when the second listen fails. Ports compare as
+// numbers ("08080" is 8080). Port 0 picks a free port each time, so two
+// of them never collide. Other overlaps (a name and its address) still
+// fail at start.
 func sameListenAddress(a, b string) bool {
 	ha, pa, _ := net.SplitHostPort(a)
 	hb, pb, _ := net.SplitHostPort(b)
-	if pa != pb || pa == "0" {
+	na, _ := strconv.ParseUint(pa, 10, 16)
+	nb, _ := strconv.ParseUint(pb, 10, 16)
+	if na != nb || na == 0 {
 		return false
 	}
-	return ha == hb || wildcardHost(ha) || wildcardHost(hb)
+	if strings.EqualFold(ha, hb) || wildcardHost(ha) || wildcardHost(hb) {
+		return true
+	}
+	for _, x := range hostAddrs(ha) {
+		for _, y := range hostAddrs(hb) {
+			if x == y {
+				return true
+			}
+		}
+	}
+	return false
 }
 
+// wildcardHost reports whether a listen host means every address: empty,
+// or an unspecified address however written ("0.0.0.0", "::", "0::0",
+// "::ffff:0.0.0.0").
 func wildcardHost(h string) bool {
-	return h == "" || h == "0.0.0.0" || h == "::"
+	if h == "" {
+		return true
+	}
+	ip, err := netip.ParseAddr(h)
+	return err == nil && ip.Unmap().IsUnspecified()
+}
+
+// hostAddrs returns the addresses a listen host stands for without a
+// lookup: an IP literal in one canonical form (IPv4-mapped IPv6 as IPv4),
+// or the loopback addresses for "localhost", which resolves to either;
+// nil for any other name.
+func hostAddrs(h string) []netip.Addr {
+	if strings.EqualFold(h, "localhost") {
+		return []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
+	}
+	ip, err := netip.ParseAddr(h)
+	if err != nil {
+		return nil
+	}
+	return []netip.Addr{ip.Unmap()}
 }
