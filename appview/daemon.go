@@ -32,6 +32,9 @@ var Version = "dev"
 type Options struct {
 	Logger *slog.Logger
 	// Listener, when set, is served instead of listening on HTTP.Listen.
+	// A successful Build takes it over, as it does the listeners it
+	// opens: Run closes it at shutdown, or Close does if Run never ran.
+	// A failed Build leaves it to the caller.
 	Listener net.Listener
 }
 
@@ -408,10 +411,27 @@ func (d *Daemon) recordGap(ctx context.Context, g feeds.Gap) (recorded bool, err
 	return recorded, err
 }
 
-// Close checkpoints and closes the database. Call it after Run has
-// returned; ctx bounds the checkpoint.
+// Close closes the listeners, checkpoints and closes the database, and
+// releases its lock. Call it after Run has returned; ctx bounds the
+// checkpoint. Run's servers close the listeners when they stop, so after
+// Run they are found closed; a daemon built but never run (a caller that
+// gives up after Build, a test) would otherwise keep its ports bound
+// until the process exits.
 func (d *Daemon) Close(ctx context.Context) error {
-	return errors.Join(d.store.Checkpoint(ctx), d.store.Close(), d.lock.release())
+	return errors.Join(closeListener(d.listener), closeListener(d.adminListener),
+		d.store.Checkpoint(ctx), d.store.Close(), d.lock.release())
+}
+
+// closeListener closes l, if any; one already closed (by Run's server,
+// or by the caller that gave it in Options.Listener) is not an error.
+func closeListener(l net.Listener) error {
+	if l == nil {
+		return nil
+	}
+	if err := l.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
 }
 
 func named(part string, err error) error {

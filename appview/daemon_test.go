@@ -3,6 +3,7 @@ package appview
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -596,5 +597,53 @@ func TestAFeedAddedLaterInIndexAllIsRebuiltByTheDaemon(t *testing.T) {
 			t.Fatalf("feed also = %+v, want the stored p1", page.Records)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A daemon built and closed without running frees the ports it bound,
+// public and admin, and closes a listener it was given: Run's servers
+// close them when it stops, but before, a caller that gave up after
+// Build (or a test) left them bound until the process exited.
+func TestCloseWithoutRunFreesListeners(t *testing.T) {
+	js := jetstreamtest.NewServer()
+	t.Cleanup(js.Close)
+	cfg := testConfig(t, js, t.TempDir()+"/appview.db")
+	cfg.HTTP.AdminListen = "127.0.0.1:0"
+	d, err := Build(t.Context(), cfg, Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	addrs := []string{d.Addr().String(), d.AdminAddr().String()}
+	if err := d.Close(context.Background()); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	for _, addr := range addrs {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("listen on %s after Close without Run: %v", addr, err)
+			continue
+		}
+		l.Close()
+	}
+
+	given, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err = Build(t.Context(), cfg, Options{Listener: given, Logger: testLogger(t)})
+	if err != nil {
+		given.Close()
+		t.Fatalf("build with a listener: %v", err)
+	}
+	// A deadline, so that a listener left open fails the test rather than
+	// hanging it.
+	if err := given.(*net.TCPListener).SetDeadline(time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(context.Background()); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if _, err := given.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("accept on the given listener after Close: %v, want %v", err, net.ErrClosed)
 	}
 }
