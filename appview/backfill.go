@@ -17,8 +17,10 @@ import (
 
 // buildBackfill wires identity resolution and the first-read backfill:
 // one guarded outbound HTTP client for every stranger (PLC, handle
-// domains, PDSes). A nil reg registers no metrics.
-func buildBackfill(cfg Config, store *feeds.Store, reg prometheus.Registerer, log *slog.Logger) (*directory.Directory, *backfill.Service) {
+// domains, PDSes). A nil reg registers no metrics. paused is the list of
+// rate-limited PDS hosts the backfill shares with the daemon's other PDS
+// clients (nil: one of its own).
+func buildBackfill(cfg Config, store *feeds.Store, paused *pds.HostPauses, reg prometheus.Registerer, log *slog.Logger) (*directory.Directory, *backfill.Service) {
 	httpc := egress.NewClient(egress.Options{
 		AllowPrivateNetworks: cfg.Identity.AllowPrivateNetworks,
 		Timeout:              cfg.Backfill.RequestTimeout,
@@ -59,6 +61,7 @@ func buildBackfill(cfg Config, store *feeds.Store, reg prometheus.Registerer, lo
 		MaxAttempts:   cfg.Backfill.MaxAttempts,
 		ViewerTTL:     cfg.Backfill.ViewerTTL,
 		Admission:     cfg.Backfill.Admission.backfillAdmission(),
+		HostPauses:    paused,
 	}, store, dir, client, fs, log, metrics)
 	return dir, svc
 }
@@ -68,7 +71,7 @@ func buildBackfill(cfg Config, store *feeds.Store, reg prometheus.Registerer, lo
 // first-read service of cfg, on store, without metrics (nothing scrapes a
 // command).
 func FirstReads(cfg Config, store *feeds.Store, log *slog.Logger) (*directory.Directory, *backfill.Service) {
-	return buildBackfill(cfg, store, nil, log)
+	return buildBackfill(cfg, store, nil, nil, log)
 }
 
 // ResolveActor turns an operator's --actor (a DID or a handle) into a DID

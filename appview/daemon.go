@@ -19,6 +19,7 @@ import (
 	"github.com/atfeeds/appview/backfill"
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/jetstream"
+	"github.com/atfeeds/appview/pds"
 	"github.com/atfeeds/appview/profiles"
 	"github.com/atfeeds/appview/xrpc"
 )
@@ -142,7 +143,11 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		QueueBytes:        queueBytes,
 	}, jetstream.NewDecoder(jetstream.DecoderConfig{FollowCollections: follows}), log, jetstream.NewMetrics(reg, wanted))
 
-	dir, firstReads := buildBackfill(cfg, store, reg, log)
+	// One list of rate-limited PDS hosts for every service that asks
+	// PDSes: a host that answered 429 to one of them is asked by none
+	// until its pause ends (pds.HostPauses).
+	paused := pds.NewHostPauses()
+	dir, firstReads := buildBackfill(cfg, store, paused, reg, log)
 	// A gap (found at a reconnect, or recorded by an operator's reset)
 	// lost the identity events that purge the directory's cache one by
 	// one.
@@ -161,11 +166,11 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 	if !cfg.Ingest.IndexAll {
 		xcfg.Viewers = firstReads
 	}
-	hydration := buildProfiles(cfg, store, dir, reg, log)
+	hydration := buildProfiles(cfg, store, dir, paused, reg, log)
 	if hydration != nil {
 		xcfg.Profiles = hydration
 	}
-	wireNotify(&xcfg, cfg, store, dir, reg, log, firstReads.FollowsCreated)
+	wireNotify(&xcfg, cfg, store, dir, paused, reg, log, firstReads.FollowsCreated)
 	status := newStatusPage(store, Version, log, time.Now)
 	xcfg.Status = status.Status
 	admin := splitAdmin(cfg, &xcfg, log)

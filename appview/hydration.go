@@ -15,8 +15,10 @@ import (
 // buildProfiles wires profile hydration when the config turns it on (nil
 // otherwise). It shares the directory, and so its cache, with the
 // backfill; its PDS requests have their own limits, so hydration can
-// never starve first reads nor the other way round.
-func buildProfiles(cfg Config, store *feeds.Store, dir *directory.Directory, reg prometheus.Registerer, log *slog.Logger) *profiles.Service {
+// never starve first reads nor the other way round. A PDS host's pause
+// after a 429 is shared, though (paused): the host limits us, not one of
+// our services.
+func buildProfiles(cfg Config, store *feeds.Store, dir *directory.Directory, paused *pds.HostPauses, reg prometheus.Registerer, log *slog.Logger) *profiles.Service {
 	h := cfg.Hydration
 	if !h.Profiles {
 		return nil
@@ -33,5 +35,6 @@ func buildProfiles(cfg Config, store *feeds.Store, dir *directory.Directory, reg
 		PerHost:      h.PerHost,
 		FetchTimeout: h.FetchTimeout,
 		RetryAfter:   h.RetryAfter,
+		HostPauses:   paused,
 	}, store, dir, pds.NewClient(httpc, pds.Options{Timeout: h.FetchTimeout}), log, profiles.NewMetrics(reg))
 }

@@ -55,8 +55,9 @@ type notifier struct {
 	resolver backfill.Resolver
 	pds      *pds.Client
 	limits   *pds.Limiter
-	// paused holds the PDS hosts that answered a getRecord with 429:
-	// their records fail at once until the time the host gave.
+	// paused holds the PDS hosts that answered 429, to a getRecord or to
+	// the daemon's other PDS clients, which share it: their records fail
+	// at once until the time the host gave.
 	paused   *pds.HostPauses
 	follows  map[syntax.NSID]bool
 	log      *slog.Logger
@@ -67,9 +68,10 @@ type notifier struct {
 }
 
 // wireNotify serves notifyOfUpdate from xcfg's server when the config
-// enables it. It shares the directory (and its cache) with the backfill,
-// and hands the follows it creates to followsCreated, as the ingester does.
-func wireNotify(xcfg *xrpc.Config, cfg Config, store *feeds.Store, dir backfill.Resolver,
+// enables it. It shares the directory (and its cache) and the paused PDS
+// hosts with the backfill, and hands the follows it creates to
+// followsCreated, as the ingester does.
+func wireNotify(xcfg *xrpc.Config, cfg Config, store *feeds.Store, dir backfill.Resolver, paused *pds.HostPauses,
 	reg prometheus.Registerer, log *slog.Logger, followsCreated func([]feeds.FollowEdge)) {
 	if !cfg.Notify.Enabled {
 		return
@@ -84,7 +86,7 @@ func wireNotify(xcfg *xrpc.Config, cfg Config, store *feeds.Store, dir backfill.
 		resolver: dir,
 		pds:      pds.NewClient(httpc, pds.Options{Timeout: cfg.Backfill.RequestTimeout}),
 		limits:   pds.NewLimiter(notifyGlobal, notifyPerHost),
-		paused:   pds.NewHostPauses(),
+		paused:   paused,
 		follows:  map[syntax.NSID]bool{},
 		log:      log.With("component", "notify"),
 		afterCommit: func(res feeds.BatchResult) {

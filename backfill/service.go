@@ -66,6 +66,11 @@ type Config struct {
 	ViewerTTL time.Duration
 	// Admission bounds first reads an outsider can trigger.
 	Admission AdmissionConfig
+	// HostPauses holds the PDS hosts that answered 429 (default a list
+	// of the service's own). The daemon passes the one its other PDS
+	// clients use, so a host that rate limited any of them is asked by
+	// none until its pause ends.
+	HostPauses *pds.HostPauses
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -93,6 +98,9 @@ func (c *Config) setDefaults() {
 	defDur(&c.RetryMax, 48*time.Hour)
 	def(&c.QueueSize, 10_000)
 	defDur(&c.ViewerTTL, 30*24*time.Hour)
+	if c.HostPauses == nil {
+		c.HostPauses = pds.NewHostPauses()
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -144,7 +152,8 @@ type Service struct {
 	// maxSparedCutOffs (spareCutOff).
 	sparedCutOffs    map[viewerKey]int
 	maxSparedCutOffs int
-	// paused holds PDS hosts that answered 429, until when (pds.HostPauses).
+	// paused holds PDS hosts that answered 429, until when
+	// (Config.HostPauses).
 	paused *pds.HostPauses
 
 	// runs tracks the first reads started in the background (start), so
@@ -205,7 +214,7 @@ func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, 
 
 		sparedCutOffs:    map[viewerKey]int{},
 		maxSparedCutOffs: defaultSparedCutOffs,
-		paused:           pds.NewHostPauses(),
+		paused:           cfg.HostPauses,
 		queue:            make(chan feeds.FollowEdge, cfg.QueueSize),
 		touches:          make(chan feeds.ViewerTouch, touchQueueSize),
 	}

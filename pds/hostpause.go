@@ -41,8 +41,14 @@ func HostKey(endpoint string) string {
 }
 
 // HostPauses remembers the hosts (HostKeys) that answered 429, and until
-// when. It is safe for concurrent use. The first-read backfill and
-// notifyOfUpdate each keep one, as each keeps its own Limiter.
+// when. It is safe for concurrent use. A daemon's first-read backfill,
+// notifyOfUpdate and profile fetcher share one: a 429 is about all our
+// requests to the host, so once one of them meets it none of the others
+// asks the host either. Each keeping its own, every one of them sent the
+// paused host a request of its own and met the limit again
+// (appview's TestAHostRateLimitingOneServiceIsPausedForAll). Each still
+// keeps its own Limiter: request slots are per service, so one cannot
+// starve another.
 type HostPauses struct {
 	mu     sync.Mutex
 	paused map[string]time.Time

@@ -7,9 +7,10 @@ import (
 )
 
 // A PDS host that answers a profile request with 429 is rate limiting
-// us, not one account: it is paused as pds.HostPauses describes, as the
-// backfill and notifyOfUpdate pause it, and no profile request is sent to
-// it until the time it gave. Holding back only the account whose request
+// us, not one account: it is paused as pds.HostPauses describes, in the
+// list the daemon's backfill and notifyOfUpdate share with the fetcher
+// (Config.HostPauses), and no profile request is sent to it until the
+// time it gave. Holding back only the account whose request
 // met the limit, the fetcher went on asking the host for each of its
 // other accounts, and each met the limit in turn
 // (TestAHostThatAnswered429IsNotAskedUntilItsPauseEnds).

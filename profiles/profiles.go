@@ -66,6 +66,11 @@ type Config struct {
 	// stop verifying without an identity event (its DNS record or
 	// well-known file changed), and identity events are lost in a gap.
 	HandleTTL time.Duration
+	// HostPauses holds the PDS hosts that answered 429 (a list of the
+	// service's own). The daemon passes the one its other PDS clients
+	// use, so a host that rate limited any of them is asked by none
+	// until its pause ends.
+	HostPauses *pds.HostPauses
 	// Now is the clock (time.Now).
 	Now func() time.Time
 }
@@ -79,6 +84,9 @@ func (c *Config) setDefaults() {
 	orDefault(&c.StoreTimeout, 10*time.Second)
 	orDefault(&c.RetryAfter, 5*time.Minute)
 	orDefault(&c.HandleTTL, 24*time.Hour)
+	if c.HostPauses == nil {
+		c.HostPauses = pds.NewHostPauses()
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -133,8 +141,8 @@ type Service struct {
 	// runs past slowRequest, at most Concurrency (see getRecord).
 	stoodDown int
 	// paused holds the PDS hosts that answered 429, until the time they
-	// gave (host_pause.go). The fetcher keeps its own, as it keeps its
-	// own request slots.
+	// gave (host_pause.go, Config.HostPauses). Unlike its request slots,
+	// the fetcher shares it with the daemon's other PDS clients.
 	paused *pds.HostPauses
 }
 
@@ -186,7 +194,7 @@ func New(cfg Config, store Store, resolver Resolver, client *pds.Client, log *sl
 		failed:      map[syntax.DID]time.Time{},
 		hostFetches: map[string]int{},
 		parked:      map[string][]*job{},
-		paused:      pds.NewHostPauses(),
+		paused:      cfg.HostPauses,
 	}
 }
 
