@@ -21,7 +21,9 @@ import (
 // without the profile, and a later read fetches it.
 
 // hostPaused tells whether host asked us to wait; if so, j is to be held
-// back until it may be asked again (j.pausedUntil).
+// back until it may be asked again (j.pausedUntil). The job whose own
+// request met the 429 is held back so too, not for RetryAfter: its
+// account did nothing wrong.
 func (s *Service) hostPaused(j *job, host string) bool {
 	now := s.cfg.Now()
 	err := s.paused.Check(host, now)

@@ -24,7 +24,8 @@ var outcomes = []outcome{outcomeStored, outcomeAbsent, outcomeHandleOnly, outcom
 	outcomePDSError, outcomeInvalidRecord, outcomeQueueFull, outcomeHostPaused}
 
 // failed outcomes hold the account back: for RetryAfter, or until its
-// host's pause ends (outcomeHostPaused).
+// host's pause ends (outcomeHostPaused, and the pds_error of the request
+// that met the host's 429).
 func (o outcome) failed() bool {
 	switch o {
 	case outcomeHandleUnchecked, outcomeIdentityError, outcomePDSError, outcomeInvalidRecord, outcomeHostPaused:

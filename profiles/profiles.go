@@ -171,9 +171,9 @@ type job struct {
 	// slot is the PDS host whose request slot was handed to the job as
 	// it was woken from parked; guarded by Service.mu.
 	slot string
-	// pausedUntil, set when the job found its host paused, is when the
-	// host may be asked again: the account is held back until then,
-	// not for RetryAfter.
+	// pausedUntil, set when the job found its host paused or its own
+	// request met the host's 429, is when the host may be asked again:
+	// the account is held back until then, not for RetryAfter.
 	pausedUntil time.Time
 	done        chan struct{}
 }
@@ -300,7 +300,8 @@ func (s *Service) enqueue(p feeds.Profile) *job {
 }
 
 // finish ends a job; failed accounts are held back for RetryAfter, or
-// until the pause of the host the job found paused ends.
+// until the pause of the host the job found paused, or paused with its
+// request's 429, ends.
 func (s *Service) finish(j *job, failed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -538,6 +539,13 @@ func (s *Service) fetch(ctx context.Context, w *worker, j *job, woken *[]*job) (
 		return fp, outcomeAbsent
 	case pds.KindBadResponse:
 		return fp, outcomeInvalidRecord
+	case pds.KindRateLimited:
+		// The host limits us, not this account: it is held back for the
+		// host's pause, as the host's other accounts are, not for
+		// RetryAfter (TestTheAccountWhoseRequestMet429WaitsOnlyForThePause).
+		s.hostPaused(j, u.Host)
+		s.log.Debug("fetch profile", "did", j.did, "err", err)
+		return fp, outcomePDSError
 	default:
 		s.log.Debug("fetch profile", "did", j.did, "err", err)
 		return fp, outcomePDSError

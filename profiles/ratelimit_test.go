@@ -137,3 +137,26 @@ func TestNoProfileRequestReachesAPausedHostFromParkedJobs(t *testing.T) {
 		t.Errorf("host_paused fetches = %v, want %d", got, pageSize-1)
 	}
 }
+
+// The account whose own request met the host's 429 is held back only
+// for the host's pause (pdstest's Retry-After: 7), as the host's other
+// accounts are: the host limited us, the account did nothing wrong.
+// It was held back for RetryAfter (an hour here), long after the host
+// could be asked again.
+func TestTheAccountWhoseRequestMet429WaitsOnlyForThePause(t *testing.T) {
+	w := newWorld(t, Config{Wait: 5 * time.Second, RetryAfter: time.Hour}, "carol")
+	w.profileRecord("carol", "Carol")
+	w.pds.FailN(did("carol"), feeds.ProfileCollection, pdstest.FaultRateLimited, 1)
+	if ps, _ := w.hydrate(t, "carol"); ps[0].Known || w.profileRequests("carol") != 1 {
+		t.Fatalf("the 429: %+v, %d requests", ps[0], w.profileRequests("carol"))
+	}
+
+	w.clock.Advance(6 * time.Second)
+	if ps, _ := w.hydrate(t, "carol"); ps[0].Known || w.profileRequests("carol") != 1 {
+		t.Fatalf("a read within the pause: %+v, %d requests", ps[0], w.profileRequests("carol"))
+	}
+	w.clock.Advance(time.Second)
+	if ps, _ := w.hydrate(t, "carol"); ps[0].Fields.DisplayName != "Carol" || w.profileRequests("carol") != 2 {
+		t.Fatalf("a read once the pause is over: %+v, %d requests", ps[0], w.profileRequests("carol"))
+	}
+}
