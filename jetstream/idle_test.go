@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -107,5 +108,43 @@ func TestClientKeepsAQuietSessionWithinTheIdleTimeout(t *testing.T) {
 				t.Errorf("idle timeouts = %v, want 0", got)
 			}
 		})
+	}
+}
+
+// The idle limit bounds the wait for a message, not the reading of one
+// that has begun: a frame whose first part came just before the limit
+// and its rest just after was cut off, the session ended as idle and the
+// event was lost to a failover (found by a review).
+func TestAMessageArrivingAtTheIdleLimitIsRead(t *testing.T) {
+	frame := strings.Replace(postFrame, `"text":"hello"`, `"text":"`+strings.Repeat("a", 12<<10)+`"`, 1)
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if n > 0 {
+			holdOpen(conn)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+		w, err := conn.NextWriter(websocket.TextMessage)
+		if err != nil {
+			return
+		}
+		// Past the write buffer (4 KiB), the first part goes out as a
+		// frame of its own.
+		half := len(frame) / 2
+		if _, err := w.Write([]byte(frame[:half])); err != nil {
+			return
+		}
+		time.Sleep(250 * time.Millisecond) // past the idle limit
+		if _, err := w.Write([]byte(frame[half:])); err != nil || w.Close() != nil {
+			return
+		}
+		holdOpen(conn)
+	})
+	h := startClient(t, Config{URLs: []string{srv.url}, ReadTimeout: 5 * time.Second, IdleTimeout: 300 * time.Millisecond},
+		fixed(Position{}), 10)
+	if ev := h.next(t); ev.TimeUS != 1795975616991124 || ev.Session != 1 {
+		t.Fatalf("event %+v, want the post from the first session", ev)
+	}
+	if got := testutil.ToFloat64(h.metrics.idle); got != 0 {
+		t.Errorf("idle timeouts = %v before the event was read, want 0", got)
 	}
 }

@@ -59,8 +59,9 @@ type readState struct {
 	idleBy time.Time
 }
 
-// readDeadline is the deadline of the next read: ReadTimeout from now,
-// but no later than the idle limit.
+// readDeadline is the deadline of a wait for the next message: ReadTimeout
+// from now, but no later than the idle limit. A message that has begun
+// has ReadTimeout to end, idle limit or not (readFrame).
 func (c *Client) readDeadline(st *readState) time.Time {
 	d := time.Now().Add(c.cfg.ReadTimeout)
 	if !st.idleBy.IsZero() && st.idleBy.Before(d) {
@@ -69,7 +70,8 @@ func (c *Client) readDeadline(st *readState) time.Time {
 	return d
 }
 
-// idle reports whether err, from a read, is the idle limit passing.
+// idle reports whether err, from a wait for the next message, is the
+// idle limit passing.
 func (st *readState) idle(err error) bool {
 	var ne net.Error
 	return !st.idleBy.IsZero() && !time.Now().Before(st.idleBy) && errors.As(err, &ne) && ne.Timeout()
@@ -214,9 +216,9 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 				return res, errRestart
 			default:
 			}
-			if st.idle(err) {
-				endErr = errIdle
-				return res, errIdle
+			if errors.Is(err, errIdle) {
+				endErr = err
+				return res, err
 			}
 			endErr = fmt.Errorf("read frame: %w", err)
 			return res, endErr
@@ -327,10 +329,16 @@ func (c *Client) readFrame(conn *websocket.Conn, buf *bytes.Buffer, st *readStat
 	}
 	typ, r, err := conn.NextReader()
 	if err != nil {
+		if !skipping && st.idle(err) {
+			return 0, false, errIdle
+		}
 		return 0, false, err
 	}
-	if skipping {
-		if err := conn.SetReadDeadline(c.readDeadline(st)); err != nil {
+	// The message has begun: it has ReadTimeout to end. The wait for it
+	// may have been cut to the idle limit, which must not end a message
+	// arriving (TestAMessageArrivingAtTheIdleLimitIsRead).
+	if skipping || !st.idleBy.IsZero() {
+		if err := conn.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout)); err != nil {
 			return 0, false, err
 		}
 	}
