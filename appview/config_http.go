@@ -53,9 +53,10 @@ func checkListen(fail func(field, format string, args ...any), key, addr, exampl
 // claim the same port: the same port on the same host, or on any host
 // when either is a wildcard (":8080" covers "127.0.0.1:8080"). Hosts
 // are compared as addresses where they can be without a lookup, so
-// "::ffff:127.0.0.1" is "127.0.0.1", and "localhost" is both loopback
-// addresses: validation must not depend on DNS, and a clash it misses
-// only shows at start, when the second listen fails. Ports compare as
+// "::ffff:127.0.0.1" is "127.0.0.1", and "localhost" is 127.0.0.1, the
+// address Go listens on for it (a name's IPv4 address first): validation
+// must not depend on DNS, and a clash it misses only shows at start, when
+// the second listen fails. Ports compare as
 // numbers ("08080" is 8080). Port 0 picks a free port each time, so two
 // of them never collide. Other overlaps (a name and its address) still
 // fail at start.
@@ -93,11 +94,12 @@ func wildcardHost(h string) bool {
 
 // hostAddrs returns the addresses a listen host stands for without a
 // lookup: an IP literal in one canonical form (IPv4-mapped IPv6 as IPv4),
-// or the loopback addresses for "localhost", which resolves to either;
-// nil for any other name.
+// or 127.0.0.1 for "localhost": net.Listen binds one address of a name,
+// its IPv4 one where it has one, so "localhost:8080" and "[::1]:8080"
+// both listen (checked on Linux); nil for any other name.
 func hostAddrs(h string) []netip.Addr {
 	if strings.EqualFold(h, "localhost") {
-		return []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
+		return []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1})}
 	}
 	ip, err := netip.ParseAddr(h)
 	if err != nil {
