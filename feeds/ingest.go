@@ -186,6 +186,7 @@ type txWriter struct {
 	// committed (cacheCreated); cacheCreates says whether to keep them:
 	// 0 until the first create asks the cache, then 1 or -1.
 	created      []*cachedRecord
+	createdBytes int64
 	cacheCreates int8
 	// identities had an identity event; the identity log hears of them
 	// once committed.

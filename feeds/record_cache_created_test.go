@@ -85,3 +85,31 @@ func TestRecordCacheHoldsCreatedRecordsOnlyWhilePagesAreRead(t *testing.T) {
 		t.Fatalf("a commit past the quiet limit was cached: %d records, want %d", got, 1+quietCommitsLimit)
 	}
 }
+
+// A batch that creates more than the cache holds keeps only its newest
+// records, a quarter of the cache at most: one catch-up commit must not
+// flush what pages are reading (found by a review).
+func TestRecordCacheTakesAQuarterOfItselfFromACommit(t *testing.T) {
+	s := mustOpenWith(t, Options{Path: t.TempDir() + "/appview.db", Feeds: defaultFeeds, IndexAll: true, RecordCacheMB: 1})
+	apply(t, s, follow("alice", "carol", "f1", 1))
+	firstPage(t, s, "alice")
+	var batch []Change
+	for i := range 4000 {
+		batch = append(batch, post("carol", fmt.Sprintf("p%d", i), int64(10+i)))
+	}
+	apply(t, s, batch...)
+	entries, held := s.recordCache.stats()
+	if limit := s.recordCache.maxBytes / 4; held > limit || entries == 0 {
+		t.Fatalf("cache holds %d records, %d bytes after one commit, want some and at most %d bytes", entries, held, limit)
+	}
+	page := firstPage(t, s, "alice")
+	var hits int
+	for _, it := range page {
+		if _, ok := s.recordCache.get(it.Key.RecordID); ok {
+			hits++
+		}
+	}
+	if hits != len(page) {
+		t.Errorf("%d of the newest page's %d records cached, want all: the commit must keep its newest", hits, len(page))
+	}
+}

@@ -146,6 +146,16 @@ func (w *txWriter) cacheCreated(c *Change, collID, sortUS, recordID int64) {
 	r := &cachedRecord{id: recordID, collectionID: collID, sortUS: sortUS, timeUS: c.TimeUS}
 	r.setBytes([]byte(c.DID), string(c.Collection), []byte(c.RKey), []byte(c.CID), c.Record)
 	w.created = append(w.created, r)
+	w.createdBytes += r.size()
+	// A catch-up batch read meanwhile creates far more than the cache
+	// holds: the newest, a quarter of the cache at most, are kept, so one
+	// commit neither flushes what pages are reading nor holds a copy of
+	// every record it wrote.
+	for w.createdBytes > w.s.recordCache.maxBytes/4 && len(w.created) > 0 {
+		w.createdBytes -= w.created[0].size()
+		w.created[0] = nil
+		w.created = w.created[1:]
+	}
 }
 
 // unfeedRecord removes a record from every lane carrying its collection,
