@@ -91,6 +91,18 @@ func (m metrics) sum(prefix string) float64 {
 	return s
 }
 
+// bucket is a histogram's cumulative count at le for the series whose
+// labels mention method (a substring of its method label).
+func (m metrics) bucket(name, method, le string) float64 {
+	var s float64
+	for k, v := range m {
+		if strings.HasPrefix(k, name+"{") && strings.Contains(k, method) && strings.Contains(k, `le="`+le+`"`) {
+			s += v
+		}
+	}
+	return s
+}
+
 // logCounter counts the daemon's warnings and errors, and those that
 // mention a locked database, which must never happen.
 type logCounter struct {
