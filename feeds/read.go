@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -14,13 +13,13 @@ import (
 // readPageSQL reads the keys of one page straight off the feed_items
 // primary key (viewer, lane, sort_us, record_id) in reverse: the row-value
 // comparison lets the index seek to the cursor, so a page costs the same
-// however long the feed is and never sorts it. The viewer is looked up in
-// the same statement (an unknown viewer reads an empty page). The records
-// come from the record cache, and those it misses from readRecordsSQL.
+// however long the feed is and never sorts it. The viewer is its actor
+// id, remembered after its first page (viewer_ids.go). The records come
+// from the record cache, and those it misses from readRecordsSQL.
 const readPageSQL = `
 	SELECT fi.sort_us, fi.record_id
 	FROM feed_items fi
-	WHERE fi.viewer_id = (SELECT id FROM actors WHERE did = ?1) AND fi.target_id = ?2 AND (fi.sort_us, fi.record_id) < (?3, ?4)
+	WHERE fi.viewer_id = ?1 AND fi.target_id = ?2 AND (fi.sort_us, fi.record_id) < (?3, ?4)
 	ORDER BY fi.sort_us DESC, fi.record_id DESC
 	LIMIT ?5`
 
@@ -46,20 +45,19 @@ func (s *Store) ReadFeed(ctx context.Context, q PageQuery) (Page, error) {
 	if q.Before != nil {
 		before = *q.Before
 	}
+	viewerID, found, err := s.viewerActorID(ctx, q.Viewer)
+	if err != nil {
+		return Page{}, err
+	}
+	if !found {
+		return Page{Items: []Item{}}, nil
+	}
 	if len(q.Filters) > 0 {
-		var viewerID int64
-		err := s.reads.viewerID.QueryRowContext(ctx, string(q.Viewer)).Scan(&viewerID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return Page{Items: []Item{}}, nil
-		}
-		if err != nil {
-			return Page{}, fmt.Errorf("look up viewer: %w", err)
-		}
 		return s.readFiltered(ctx, l, viewerID, before, q)
 	}
 	// One row more than asked tells whether another page exists.
 	epoch := s.recordCache.snapshot()
-	keys, err := s.readPageKeys(ctx, q, l, before)
+	keys, err := s.readPageKeys(ctx, q, l, viewerID, before)
 	if err != nil {
 		return Page{}, err
 	}
@@ -85,8 +83,8 @@ func (s *Store) ReadFeed(ctx context.Context, q PageQuery) (Page, error) {
 }
 
 // readPageKeys reads the keys of up to limit+1 items before the cursor.
-func (s *Store) readPageKeys(ctx context.Context, q PageQuery, l *lane, before PageKey) ([]PageKey, error) {
-	rows, err := s.reads.page.QueryContext(ctx, string(q.Viewer), l.id, before.SortUS, before.RecordID, q.Limit+1)
+func (s *Store) readPageKeys(ctx context.Context, q PageQuery, l *lane, viewerID int64, before PageKey) ([]PageKey, error) {
+	rows, err := s.reads.page.QueryContext(ctx, viewerID, l.id, before.SortUS, before.RecordID, q.Limit+1)
 	if err != nil {
 		return nil, fmt.Errorf("read feed page: %w", err)
 	}

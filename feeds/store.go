@@ -163,6 +163,9 @@ type Store struct {
 	backlogBytes int // record bytes one backlog slice reads (fieldBacklogBytes)
 
 	viewers *viewerSet // registered viewers, in memory (viewer_set.go)
+	// viewerIDs are the actor ids of the viewers pages were read for
+	// (viewer_ids.go).
+	viewerIDs viewerIDs
 	// viewerVersion is the viewer_set_version the set holds.
 	viewerVersion atomic.Int64
 	// identities orders identity events against profile fetches.
