@@ -51,7 +51,9 @@ type Options struct {
 	WALPages int
 	// ReadMmapMB memory-maps up to that much of the file for the read
 	// pool: page reads come straight from the OS page cache instead of a
-	// pread each. 0 leaves it off.
+	// pread each. 0 leaves it off. Beside a live stream it is slower: a
+	// read that finds the file changed unmaps all of it and faults its
+	// pages in again (docs/benchmarks.md, twenty-first round).
 	ReadMmapMB int
 	// RecordCacheMB bounds the record cache serving feed pages
 	// (record_cache.go); 0 turns it off.
