@@ -59,9 +59,9 @@ type recordCache struct {
 }
 
 // quietCommitsLimit is how many transactions go on caching the records
-// they create after the last page read: a daemon nobody reads from (a catch-up before the
-// readers come, the ingest benchmark) spends neither memory nor time on
-// records no page may show.
+// they create after the last page read: a daemon nobody reads from (a
+// catch-up before the readers come, the ingest benchmark) spends neither
+// memory nor time on records no page may show.
 const quietCommitsLimit = 100
 
 // cachedRecord is an immutable copy of a record's page fields: readers
@@ -182,12 +182,12 @@ func (c *recordCache) put(epoch uint64, recs []*cachedRecord) {
 // be read by its author's followers, the first of whom would otherwise
 // miss it and query the file: once the cache is warm, nearly every miss
 // of a page read beside a live stream (docs/benchmarks.md, twenty-first
-// round). Only the writer
-// calls it, after its commit and before its next, so no version it adds
-// is older than the record's last committed change; a record the same
-// commit changed after creating it (changed) is left out. A commit of
-// another process is forgotten with everything else at the writer's next
-// begin (forgetAll), as for records readers put.
+// round). Only the writer calls it, after its commit and before its
+// next, so no version it adds is older than the record's last committed
+// change; a record the same commit changed after creating it (changed)
+// is left out. A commit of another process is forgotten with everything
+// else at the writer's next begin (forgetAll), as for records readers
+// put.
 func (c *recordCache) created(recs []*cachedRecord, changed []int64) {
 	if c == nil || len(recs) == 0 {
 		return

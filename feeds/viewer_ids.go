@@ -17,32 +17,32 @@ const maxViewerIDs = 200_000
 
 // viewerIDs remembers the actor id of each viewer a page was read for
 // (the writer's own cache of interned ids, Store.actorIDs, is the
-// writer's alone). An
-// actor's id never changes and its row is never deleted (a deleted account
-// keeps its row, marked), so an id once read is right for good and needs
-// no invalidation. A page then seeks feed_items by id instead of first
-// descending the actors index by DID, which at full size and after every
-// commit's reset of the read connections' caches ends in a pread
-// (docs/benchmarks.md, twenty-first round).
+// writer's alone). An actor's id never changes and its row is never
+// deleted (a deleted account keeps its row, marked), so an id once read
+// is right for good and needs no invalidation. A page then seeks
+// feed_items by id instead of first descending the actors index by DID,
+// which at full size and after every commit's reset of the read
+// connections' caches ends in a pread (docs/benchmarks.md, twenty-first
+// round).
 type viewerIDs struct {
 	mu  sync.RWMutex
 	ids map[syntax.DID]int64
 }
 
-func (a *viewerIDs) get(did syntax.DID) (int64, bool) {
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	id, ok := a.ids[did]
+func (v *viewerIDs) get(did syntax.DID) (int64, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	id, ok := v.ids[did]
 	return id, ok
 }
 
-func (a *viewerIDs) put(did syntax.DID, id int64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.ids == nil || len(a.ids) >= maxViewerIDs {
-		a.ids = make(map[syntax.DID]int64)
+func (v *viewerIDs) put(did syntax.DID, id int64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.ids == nil || len(v.ids) >= maxViewerIDs {
+		v.ids = make(map[syntax.DID]int64)
 	}
-	a.ids[did] = id
+	v.ids[did] = id
 }
 
 // viewerActorID returns the id of the viewer's actor row; found is false
