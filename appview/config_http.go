@@ -56,10 +56,9 @@ func checkListen(fail func(field, format string, args ...any), key, addr, exampl
 // "::ffff:127.0.0.1" is "127.0.0.1", and "localhost" is 127.0.0.1, the
 // address Go listens on for it (a name's IPv4 address first): validation
 // must not depend on DNS, and a clash it misses only shows at start, when
-// the second listen fails. Ports compare as
-// numbers ("08080" is 8080). Port 0 picks a free port each time, so two
-// of them never collide. Other overlaps (a name and its address) still
-// fail at start.
+// the second listen fails. Ports compare as numbers ("08080" is 8080).
+// Port 0 picks a free port each time, so two of them never collide.
+// Other overlaps (a name and its address) still fail at start.
 func sameListenAddress(a, b string) bool {
 	ha, pa, _ := net.SplitHostPort(a)
 	hb, pb, _ := net.SplitHostPort(b)
@@ -71,14 +70,9 @@ func sameListenAddress(a, b string) bool {
 	if strings.EqualFold(ha, hb) || wildcardHost(ha) || wildcardHost(hb) {
 		return true
 	}
-	for _, x := range hostAddrs(ha) {
-		for _, y := range hostAddrs(hb) {
-			if x == y {
-				return true
-			}
-		}
-	}
-	return false
+	x, okx := hostAddr(ha)
+	y, oky := hostAddr(hb)
+	return okx && oky && x == y
 }
 
 // wildcardHost reports whether a listen host means every address: empty,
@@ -92,18 +86,18 @@ func wildcardHost(h string) bool {
 	return err == nil && ip.Unmap().IsUnspecified()
 }
 
-// hostAddrs returns the addresses a listen host stands for without a
+// hostAddr returns the address a listen host stands for without a
 // lookup: an IP literal in one canonical form (IPv4-mapped IPv6 as IPv4),
 // or 127.0.0.1 for "localhost": net.Listen binds one address of a name,
 // its IPv4 one where it has one, so "localhost:8080" and "[::1]:8080"
-// both listen (checked on Linux); nil for any other name.
-func hostAddrs(h string) []netip.Addr {
+// both listen (checked on Linux). It reports false for any other name.
+func hostAddr(h string) (netip.Addr, bool) {
 	if strings.EqualFold(h, "localhost") {
-		return []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1})}
+		return netip.AddrFrom4([4]byte{127, 0, 0, 1}), true
 	}
 	ip, err := netip.ParseAddr(h)
 	if err != nil {
-		return nil
+		return netip.Addr{}, false
 	}
-	return []netip.Addr{ip.Unmap()}
+	return ip.Unmap(), true
 }
