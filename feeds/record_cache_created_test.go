@@ -113,26 +113,3 @@ func TestRecordCacheTakesAQuarterOfItselfFromACommit(t *testing.T) {
 		t.Errorf("%d of the newest page's %d records cached, want all: the commit must keep its newest", hits, len(page))
 	}
 }
-
-// A record cached at its create and changed by a later transaction is
-// forgotten like any cached record: the page shows the edit, then
-// nothing once it is deleted.
-func TestRecordCacheForgetsACreatedRecordChangedLater(t *testing.T) {
-	s := MustOpen(t, defaultFeeds)
-	apply(t, s, follow("alice", "carol", "f1", 1))
-	firstPage(t, s, "alice")
-	apply(t, s, post("carol", "p1", 10))
-	if entries, _ := s.recordCache.stats(); entries != 1 {
-		t.Fatalf("cache holds %d records after the create, want 1", entries)
-	}
-	upd := post("carol", "p1", 11)
-	upd.Op, upd.CID, upd.Record = OpUpdate, "bafyedited", json.RawMessage(`{"text":"edited"}`)
-	apply(t, s, upd)
-	if items := firstPage(t, s, "alice"); len(items) != 1 || items[0].CID != "bafyedited" || string(items[0].Value) != `{"text":"edited"}` {
-		t.Fatalf("page after a later edit: %+v", items)
-	}
-	apply(t, s, unpost("carol", "p1", 12))
-	if items := firstPage(t, s, "alice"); len(items) != 0 {
-		t.Fatalf("page after a later delete: %+v", items)
-	}
-}

@@ -47,25 +47,40 @@ func TestRecordCacheServesRepeatedPages(t *testing.T) {
 	}
 }
 
+// A cached record is forgotten when a later transaction edits or deletes
+// it, whether a page cached it or the writer did at its create (while
+// pages were read, recordCache.created).
 func TestRecordCacheForgetsUpdatedAndDeletedRecords(t *testing.T) {
-	s := MustOpen(t, defaultFeeds)
-	apply(t, s, follow("alice", "carol", "f1", 1), post("carol", "p1", 10))
-	firstPage(t, s, "alice") // caches p1
+	for _, atCreate := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cached by a page", true: "cached at its create"}[atCreate], func(t *testing.T) {
+			s := MustOpen(t, defaultFeeds)
+			apply(t, s, follow("alice", "carol", "f1", 1))
+			if atCreate {
+				firstPage(t, s, "alice") // pages are read: the create caches p1
+			}
+			apply(t, s, post("carol", "p1", 10))
+			if !atCreate {
+				firstPage(t, s, "alice") // caches p1
+			}
+			if entries, _ := s.recordCache.stats(); entries != 1 {
+				t.Fatalf("cache holds %d records, want p1", entries)
+			}
 
-	upd := post("carol", "p1", 20)
-	upd.Op, upd.CID, upd.Record = OpUpdate, "bafynew", json.RawMessage(`{"text":"edited"}`)
-	apply(t, s, upd)
-	if items := firstPage(t, s, "alice"); len(items) != 1 || items[0].CID != "bafynew" || string(items[0].Value) != `{"text":"edited"}` {
-		t.Fatalf("after update: %+v", items)
-	}
+			upd := post("carol", "p1", 20)
+			upd.Op, upd.CID, upd.Record = OpUpdate, "bafynew", json.RawMessage(`{"text":"edited"}`)
+			apply(t, s, upd)
+			if items := firstPage(t, s, "alice"); len(items) != 1 || items[0].CID != "bafynew" || string(items[0].Value) != `{"text":"edited"}` {
+				t.Fatalf("after update: %+v", items)
+			}
 
-	// p1 holds the highest id, so deleting it frees the id for the next
-	// record: the page must show p2, not the cached p1.
-	apply(t, s, unpost("carol", "p1", 30))
-	apply(t, s, post("carol", "p2", 31))
-	items := firstPage(t, s, "alice")
-	if len(items) != 1 || items[0].RKey != "p2" || !strings.HasSuffix(items[0].URI, "/p2") || items[0].CID != "bafypostp2" {
-		t.Fatalf("after delete and a new post: %+v", items)
+			// The page must show p2, and nothing of the deleted p1.
+			apply(t, s, unpost("carol", "p1", 30))
+			apply(t, s, post("carol", "p2", 31))
+			items := firstPage(t, s, "alice")
+			if len(items) != 1 || items[0].RKey != "p2" || !strings.HasSuffix(items[0].URI, "/p2") || items[0].CID != "bafypostp2" {
+				t.Fatalf("after delete and a new post: %+v", items)
+			}
+		})
 	}
 }
 
