@@ -7,12 +7,18 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // maxWantedCollections is Jetstream's limit on wantedCollections.
 const maxWantedCollections = 100
+
+// minIdleTimeout is the shortest jetstream.idle_timeout other than 0:
+// Jetstream's ping interval, the least silence that says anything about a
+// host.
+const minIdleTimeout = 30 * time.Second
 
 var (
 	feedNameRegex = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$`)
@@ -64,8 +70,11 @@ func (c Config) Validate() error {
 	if js.ReadTimeout <= 0 {
 		fail("jetstream.read_timeout", "must be positive")
 	}
-	if js.IdleTimeout < 0 {
-		fail("jetstream.idle_timeout", "must not be negative")
+	if js.IdleTimeout < 0 || (js.IdleTimeout > 0 && js.IdleTimeout < minIdleTimeout) {
+		// Shorter, every session would end before the host's first event
+		// on a quiet moment, and the consumer would cycle through its URLs
+		// delivering nothing (an idle ending resets the backoff).
+		fail("jetstream.idle_timeout", "must be 0 (never) or at least %v, got %v", minIdleTimeout, js.IdleTimeout)
 	}
 	if js.QueueSize <= 0 || js.QueueSize > 1_000_000 {
 		// A channel of events is allocated whole at start: a huge value

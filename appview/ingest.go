@@ -17,8 +17,9 @@ import (
 // ingester turns the consumer's events into batches: it flushes at
 // batchSize events or batchInterval after the first event of a batch,
 // whichever comes first, and each flush is one transaction carrying the
-// cursor of everything it consumed, dropped frames included, so junk never
-// stalls the cursor.
+// cursor of the events it holds. A frame the consumer dropped (malformed,
+// hostile) never reaches it; the next event's position passes over it, so
+// junk never stalls the cursor.
 type ingester struct {
 	store     *feeds.Store
 	batchSize int
