@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
@@ -36,7 +37,12 @@ func (v *viewerIDs) get(did syntax.DID) (int64, bool) {
 	return id, ok
 }
 
+// put remembers a copy of did: the caller's is usually a slice of the
+// request's query string (url.ParseQuery), up to the server's 256 KB of
+// headers, which a remembered slice would keep alive
+// (TestARememberedViewerIDKeepsNoneOfTheRequest).
 func (v *viewerIDs) put(did syntax.DID, id int64) {
+	did = syntax.DID(strings.Clone(string(did)))
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.ids == nil || len(v.ids) >= maxViewerIDs {
