@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/atfeeds/appview/backfill"
@@ -65,7 +66,11 @@ func (s *Server) parseFeedParams(rawQuery string) (feedParams, *Error) {
 	}
 	p.Scope.Feed = spec.Name
 
-	actor := q.Get("actor")
+	// A copy: the value is a slice of the raw query string, and the actor
+	// goes on into caches (remembered actor ids, the directory's answers)
+	// that would keep the whole query alive
+	// (TestGetFeedActorKeepsNoneOfTheQuery).
+	actor := strings.Clone(q.Get("actor"))
 	if actor == "" {
 		return feedParams{}, invalidRequest("actor is required")
 	}
