@@ -1,6 +1,7 @@
 package directory
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -136,7 +137,11 @@ func (d *Directory) resolveHandleWellKnown(ctx context.Context, handle syntax.Ha
 	case err != nil:
 		return "", err
 	}
-	did, err := syntax.ParseDID(strings.TrimSpace(string(body)))
+	// Trimmed before the conversion, so the DID is a string of its own: a
+	// slice of the whole answer, up to maxHandleAnswerBytes, would be kept
+	// by the handle cache and by the callers' caches
+	// (TestACachedHandleAnswerKeepsNoneOfTheBody).
+	did, err := syntax.ParseDID(string(bytes.TrimSpace(body)))
 	if err != nil {
 		return "", fmt.Errorf("%w: body is not a DID", ErrNotFound)
 	}
