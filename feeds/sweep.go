@@ -163,18 +163,22 @@ func (sw *sweeper) refundVisits(visits int) {
 // grownShare is how many of a slice's visits the grown queue may walk:
 // half, and the odd visit of a slice to each queue in turn, so slices of
 // one visit (a slow stream) still serve grown feeds every other tick.
-func (sw *sweeper) grownShare(visits int) int {
+// takesOdd is grownTakesOdd once the slice has made its visits: the caller
+// stores it after the slice commits, as a slice that rolled back took no
+// turn (TestSweepAFailedSliceKeepsTheOddVisitsTurn).
+func (sw *sweeper) grownShare(visits int) (share int, takesOdd bool) {
+	takesOdd = sw.grownTakesOdd
 	if sw.opts.grownBudget() == 0 {
-		return 0
+		return 0, takesOdd
 	}
-	share := visits / 2
+	share = visits / 2
 	if visits%2 == 1 {
-		if sw.grownTakesOdd {
+		if takesOdd {
 			share++
 		}
-		sw.grownTakesOdd = !sw.grownTakesOdd
+		takesOdd = !takesOdd
 	}
-	return share
+	return share, takesOdd
 }
 
 // rowsPerVisitOf is the row pace of the sweep: a quarter of the smallest

@@ -42,7 +42,8 @@ func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, vis
 	// The grown queue walks at most its share of the visits; the viewers
 	// it trimmed (a follower of two queued authors once) are the visits
 	// it used, and the rest of the budget is the rolling cursor's.
-	if err := w.serveGrown(sw.grownShare(visits), visited, &deleted); err != nil {
+	share, takesOdd := sw.grownShare(visits)
+	if err := w.serveGrown(share, visited, &deleted); err != nil {
 		return err
 	}
 	grown := len(visited)
@@ -94,6 +95,7 @@ func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, vis
 	}
 	sw.state = &st
 	sw.grownPending = pending == 1
+	sw.grownTakesOdd = takesOdd
 
 	res.Reason = reason
 	res.Viewers = grown + rolled

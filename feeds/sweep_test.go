@@ -705,3 +705,49 @@ func TestSweepAnIdleTickServesGrownFeedsAnotherProcessQueued(t *testing.T) {
 		t.Fatalf("feed = %v, want it back at cap", got)
 	}
 }
+
+// A one-visit slice that fails after its transaction began (a statement
+// failing mid-slice: notifyOfUpdate's deadline, a full disk; here a
+// trigger) rolled back, and its turn of the odd visit with it. The turn
+// used to pass anyway: the grown queue lost the visit it was owed, and
+// the next committed slice gave the odd visit to the rolling cursor
+// again, so a grown feed waited past two slices, as if the failed one
+// had served it.
+func TestSweepAFailedSliceKeepsTheOddVisitsTurn(t *testing.T) {
+	s, _, _ := lastViewerFollowsBob(t, 40, 1, SweepOptions{Actors: 4, BatchEvents: 10})
+	sweep := func(events int) (SweepResult, error) {
+		return s.SweepTick(context.Background(), Tick{Now: t0, Mutated: true, Events: events})
+	}
+	// 1.2 visits owed: one slice of one visit, the rolling cursor's turn.
+	first, err := sweep(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Viewers != 1 || first.GrownViewers != 0 {
+		t.Fatalf("first slice = %+v, want one visit by the rolling cursor", first)
+	}
+	// The next, the grown queue's turn, fails as it stores its cursor.
+	exec := func(q string) {
+		t.Helper()
+		if _, err := s.writer.ExecContext(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`CREATE TRIGGER fail_sweep BEFORE UPDATE ON sweep_state BEGIN SELECT RAISE(ABORT, 'injected'); END`)
+	if _, err := sweep(3); err == nil {
+		t.Fatal("the slice did not fail")
+	}
+	exec(`DROP TRIGGER fail_sweep`)
+	// Its visit given back (1.4 owed) and 0.4 of this batch's: 1.8, one
+	// visit, still the grown queue's turn.
+	second, err := sweep(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Viewers != 1 || second.GrownViewers != 1 {
+		t.Fatalf("slice after the failed one = %+v, want its one visit for the grown queue", second)
+	}
+	if n, over := querySQL[int](t, s, `SELECT count(*) FROM sweep_grown`), feedsOverCap(t, s); n != 0 || over != 0 {
+		t.Fatalf("%d grown entries left, %d feeds over cap after two committed slices; want 0, 0", n, over)
+	}
+}
