@@ -250,8 +250,9 @@ func (w *txWriter) insertRecord(st *sql.Stmt, actorID, collID int64, rkey, cid, 
 
 // newRecordID hands out the next record id. A transaction reads the
 // highest id ever handed out once, at its first record, and stores the
-// new high before it commits (saveRecordIDHigh); a rolled-back one leaves
-// a gap, never a reuse.
+// new high before it commits (saveRecordIDHigh). A rolled-back one rolls
+// its high back too, so its ids are handed out again; that is safe, as no
+// reader ever saw them: what is never reused is an id once committed.
 func (w *txWriter) newRecordID() (int64, error) {
 	if w.recordIDHigh == 0 {
 		// max(id) as well: rows an older build inserted with SQLite's ids.
