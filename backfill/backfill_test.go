@@ -417,7 +417,7 @@ func TestAViewerNearRetirementWritesItsReadBeforeItIsServed(t *testing.T) {
 // process has none.
 func (w *world) forgetViewer(key viewerKey) {
 	w.svc.mu.Lock()
-	delete(w.svc.complete, key)
+	w.svc.complete.delete(key)
 	w.svc.mu.Unlock()
 }
 
@@ -425,7 +425,8 @@ func (w *world) forgetViewer(key viewerKey) {
 func (w *world) remembered(key viewerKey) time.Time {
 	w.svc.mu.Lock()
 	defer w.svc.mu.Unlock()
-	return w.svc.complete[key]
+	t, _ := w.svc.complete.get(key)
+	return t
 }
 
 // storedLastRead is the viewer's last read as stored, read without a

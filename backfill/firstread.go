@@ -42,9 +42,9 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 	key := viewerKey{viewer, feed}
 	now := s.cfg.Now()
 	s.mu.Lock()
-	touched, complete := s.complete[key]
+	touched, complete := s.complete.get(key)
 	_, running := s.running[key]
-	until, waiting := s.notDue[key]
+	until, waiting := s.notDue.get(key)
 	forgets := s.forgets
 	s.mu.Unlock()
 	if complete && now.Sub(touched) < feeds.LastReadResolution {
@@ -139,21 +139,87 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 	return nil
 }
 
-// maxNotDue bounds the notDue map; past it, expired entries are dropped
-// and, if that is not enough, the map starts over (the database still
-// answers for anyone forgotten).
-const maxNotDue = 100_000
+// maxNotDue bounds the notDue map, and maxComplete the complete map;
+// past either bound, or past maxViewerMemoBytes, the stale entries are
+// dropped and, if that is not enough, the map starts over (the database
+// still answers for anyone forgotten). complete had no bound: it held
+// every viewer found complete until a gap or a retirement, and none is
+// retired in a viewer TTL's first 30 days
+// (TestTheMemoryOfViewersIsBounded).
+const (
+	maxNotDue   = 100_000
+	maxComplete = 100_000
+)
+
+// maxViewerMemoBytes bounds what each of complete and notDue holds: a
+// viewer's DID is the caller's, up to 2 KiB, so 100k entries could hold
+// 200 MiB of them (TestTheMemoryOfViewersIsBoundedInBytes).
+// viewerEntryOverhead approximates an entry's bytes beyond its DID's.
+const (
+	maxViewerMemoBytes  = 16 << 20
+	viewerEntryOverhead = 64
+)
+
+// viewerMemo is a map of viewers to a time (complete: when last touched;
+// notDue: until when), bounded in entries and in bytes. s.mu guards it.
+type viewerMemo struct {
+	m                map[viewerKey]time.Time
+	bytes            int
+	maxLen, maxBytes int
+}
+
+func newViewerMemo(maxLen int) viewerMemo {
+	return viewerMemo{m: map[viewerKey]time.Time{}, maxLen: maxLen, maxBytes: maxViewerMemoBytes}
+}
+
+func viewerEntryBytes(k viewerKey) int { return len(k.viewer) + viewerEntryOverhead }
+
+func (v *viewerMemo) get(k viewerKey) (time.Time, bool) {
+	t, ok := v.m[k]
+	return t, ok
+}
+
+// set remembers k with t, first making room: past the bounds the entries
+// stale says are of no more use go, and if that is not enough, all.
+func (v *viewerMemo) set(k viewerKey, t time.Time, stale func(time.Time) bool) {
+	if _, ok := v.m[k]; ok {
+		v.m[k] = t
+		return
+	}
+	n := viewerEntryBytes(k)
+	full := func() bool { return len(v.m) >= v.maxLen || v.bytes+n > v.maxBytes }
+	if full() {
+		maps.DeleteFunc(v.m, func(k viewerKey, t time.Time) bool {
+			if stale(t) {
+				v.bytes -= viewerEntryBytes(k)
+				return true
+			}
+			return false
+		})
+		if full() {
+			v.clear()
+		}
+	}
+	v.m[k] = t
+	v.bytes += n
+}
+
+func (v *viewerMemo) delete(k viewerKey) {
+	if _, ok := v.m[k]; ok {
+		delete(v.m, k)
+		v.bytes -= viewerEntryBytes(k)
+	}
+}
+
+func (v *viewerMemo) clear() {
+	clear(v.m)
+	v.bytes = 0
+}
 
 func (s *Service) markNotDue(key viewerKey, now, until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.notDue) >= maxNotDue {
-		maps.DeleteFunc(s.notDue, func(_ viewerKey, t time.Time) bool { return !now.Before(t) })
-		if len(s.notDue) >= maxNotDue {
-			clear(s.notDue)
-		}
-	}
-	s.notDue[key] = until
+	s.notDue.set(key, until, func(t time.Time) bool { return !now.Before(t) })
 }
 
 // markComplete remembers a viewer found complete in the database, unless
@@ -166,7 +232,8 @@ func (s *Service) markComplete(key viewerKey, now time.Time, forgets uint64) {
 	if forgets != s.forgets {
 		return
 	}
-	s.complete[key] = now
+	// An entry touched an hour ago or more answers no read from memory.
+	s.complete.set(key, now, func(t time.Time) bool { return now.Sub(t) >= feeds.LastReadResolution })
 }
 
 // forgetsNow is the count markComplete compares with: read it before the

@@ -69,11 +69,11 @@ func TestMarkCompleteKeepsNothingReadBeforeAForget(t *testing.T) {
 	before := w.svc.forgetsNow() // the database read starts
 	w.svc.forgetComplete()       // a gap commits meanwhile
 	w.svc.markComplete(key, w.clock, before)
-	if _, ok := w.svc.complete[key]; ok {
+	if _, ok := w.svc.complete.get(key); ok {
 		t.Fatal("a viewer found complete before the gap is remembered complete after it")
 	}
 	w.svc.markComplete(key, w.clock, w.svc.forgetsNow())
-	if _, ok := w.svc.complete[key]; !ok {
+	if _, ok := w.svc.complete.get(key); !ok {
 		t.Fatal("a viewer found complete after the gap is not remembered")
 	}
 }

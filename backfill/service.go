@@ -136,7 +136,7 @@ type Service struct {
 	admit  *admission
 
 	mu       sync.Mutex
-	complete map[viewerKey]time.Time // complete viewers → when registration was last refreshed
+	complete viewerMemo // complete viewers → when registration was last refreshed
 	// forgets counts forgetComplete's calls: a viewer found complete in
 	// the database before one is not remembered after it
 	// (markComplete), or a gap's rebuild would wait out the hour.
@@ -144,7 +144,7 @@ type Service struct {
 	// notDue holds viewers whose first read failed and is not due again
 	// before the time given: their reads are served from memory, without
 	// the registration write that would queue with ingest for the lock.
-	notDue   map[viewerKey]time.Time
+	notDue   viewerMemo
 	running  map[viewerKey]*firstRead
 	accounts map[accountKey]*accountRun
 	// sparedCutOffs counts, for each viewer, the runs cut off after
@@ -207,8 +207,8 @@ func New(cfg Config, store *feeds.Store, resolver Resolver, client *pds.Client, 
 		renew:    store.RenewFirstRead,
 		limits:   pds.NewLimiter(cfg.Concurrency, cfg.PerHost),
 		admit:    newAdmission(cfg.Admission),
-		complete: map[viewerKey]time.Time{},
-		notDue:   map[viewerKey]time.Time{},
+		complete: newViewerMemo(maxComplete),
+		notDue:   newViewerMemo(maxNotDue),
 		running:  map[viewerKey]*firstRead{},
 		accounts: map[accountKey]*accountRun{},
 
@@ -376,8 +376,8 @@ func (s *Service) forgetComplete() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.forgets++
-	clear(s.complete)
-	clear(s.notDue)
+	s.complete.clear()
+	s.notDue.clear()
 }
 
 // ForgetViewers drops what this process remembers of the accounts' first
@@ -390,8 +390,8 @@ func (s *Service) ForgetViewers(accounts []syntax.DID) {
 	s.forgets++ // a read that found one complete before the commit
 	for _, a := range accounts {
 		for feed := range s.feeds {
-			delete(s.complete, viewerKey{a, feed})
-			delete(s.notDue, viewerKey{a, feed})
+			s.complete.delete(viewerKey{a, feed})
+			s.notDue.delete(viewerKey{a, feed})
 		}
 	}
 }
