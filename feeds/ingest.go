@@ -415,10 +415,16 @@ func (w *txWriter) bury(actorID, collID int64, c *Change) error {
 }
 
 func (s *Store) cacheActor(did syntax.DID, id int64) {
-	if len(s.actorIDs) >= maxCachedActors {
+	if _, ok := s.actorIDs[did]; ok {
+		return // an actor's id never changes
+	}
+	n := len(did) + actorEntryOverhead
+	if len(s.actorIDs) >= maxCachedActors || s.actorBytes+n > s.maxActorBytes {
 		s.actorIDs = make(map[syntax.DID]int64, maxCachedActors/4)
+		s.actorBytes = 0
 	}
 	s.actorIDs[did] = id
+	s.actorBytes += n
 }
 
 func (s *Store) rememberActors(ids map[syntax.DID]int64) {

@@ -148,6 +148,10 @@ type Store struct {
 	// actorIDs caches interned DIDs for the writer. Only committed ids
 	// enter it, so a rolled-back batch cannot leave a dangling id behind.
 	actorIDs map[syntax.DID]int64
+	// actorBytes counts the DIDs' bytes in actorIDs (and each entry's
+	// actorEntryOverhead), at most maxActorBytes (maxCachedActorBytes;
+	// tests lower it).
+	actorBytes, maxActorBytes int
 	// followed caches authors a viewer follows (followed_cache.go).
 	followed followedAuthors
 	stmts    *statements // prepared on the writer at the first batch
@@ -257,6 +261,16 @@ const walAutocheckpointPages = 16384
 // over rather than growing with the network.
 const maxCachedActors = 500_000
 
+// maxCachedActorBytes bounds the same cache in bytes: a DID may be up to
+// 2 KiB, and a follow's subject is whatever DID its author wrote, so
+// 500,000 of them held a GiB; did:plc DIDs (32 bytes) still fit all
+// 500,000 (TestTheActorCacheIsBoundedInBytes). actorEntryOverhead
+// approximates an entry's bytes beyond its DID's.
+const (
+	maxCachedActorBytes = 48 << 20
+	actorEntryOverhead  = 64
+)
+
 // ErrUnknownLane is returned for a feed or collection the config does not
 // declare.
 var ErrUnknownLane = errors.New("unknown feed or collection")
@@ -300,6 +314,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		lanesByFollow: map[int64][]*lane{},
 		fieldsByColl:  map[int64][]fieldDef{},
 		actorIDs:      map[syntax.DID]int64{},
+		maxActorBytes: maxCachedActorBytes,
 		followed:      followedAuthors{},
 		indexAll:      opts.IndexAll,
 		profiles:      opts.Profiles,
