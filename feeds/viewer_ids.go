@@ -16,6 +16,15 @@ import (
 // a stream of pages for arbitrary accounts cannot grow it past that.
 const maxViewerIDs = 200_000
 
+// maxViewerIDBytes bounds the same ids in bytes: a viewer's DID is the
+// client's, up to 2 KiB, so 200,000 of them held 400 MiB; did:plc viewers
+// (32 bytes) still fit all 200,000 (TestViewerIDsAreBoundedInBytes).
+// viewerIDOverhead approximates an entry's bytes beyond its DID's.
+const (
+	maxViewerIDBytes = 20 << 20
+	viewerIDOverhead = 64
+)
+
 // viewerIDs remembers the actor id of each viewer a page was read for
 // (the writer's own cache of interned ids, Store.actorIDs, is the
 // writer's alone). An actor's id never changes and its row is never
@@ -28,6 +37,9 @@ const maxViewerIDs = 200_000
 type viewerIDs struct {
 	mu  sync.RWMutex
 	ids map[syntax.DID]int64
+	// bytes counts the DIDs' bytes, with viewerIDOverhead each, up to
+	// maxBytes (maxViewerIDBytes when 0; tests lower it).
+	bytes, maxBytes int
 }
 
 func (v *viewerIDs) get(did syntax.DID) (int64, bool) {
@@ -45,10 +57,20 @@ func (v *viewerIDs) put(did syntax.DID, id int64) {
 	did = syntax.DID(strings.Clone(string(did)))
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.ids == nil || len(v.ids) >= maxViewerIDs {
+	if _, ok := v.ids[did]; ok {
+		return // an actor's id never changes
+	}
+	n := len(did) + viewerIDOverhead
+	maxBytes := v.maxBytes
+	if maxBytes == 0 {
+		maxBytes = maxViewerIDBytes
+	}
+	if v.ids == nil || len(v.ids) >= maxViewerIDs || v.bytes+n > maxBytes {
 		v.ids = make(map[syntax.DID]int64)
+		v.bytes = 0
 	}
 	v.ids[did] = id
+	v.bytes += n
 }
 
 // viewerActorID returns the id of the viewer's actor row; found is false
