@@ -13,10 +13,10 @@ import (
 func actorCacheBytes(s *Store) (entries, bytes int) {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	for d := range s.actorIDs {
-		bytes += len(d) + actorEntryOverhead
+	for d := range s.actorIDs.ids {
+		bytes += len(d) + didEntryOverhead
 	}
-	return len(s.actorIDs), bytes
+	return len(s.actorIDs.ids), bytes
 }
 
 // The writer's actor cache was bounded at 500,000 entries, but a follow's
@@ -28,7 +28,7 @@ func TestTheActorCacheIsBoundedInBytes(t *testing.T) {
 	s := openViewerMode(t)
 	const bound = 64 << 10
 	s.writeMu.Lock()
-	s.maxActorBytes = bound
+	s.actorIDs.maxBytes = bound
 	s.writeMu.Unlock()
 	if _, err := s.RegisterViewer(context.Background(), did("alice"), "following", time.Unix(1_000, 0)); err != nil {
 		t.Fatal(err)

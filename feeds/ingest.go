@@ -326,7 +326,7 @@ func (w *txWriter) apply(c *Change) error {
 // actorID interns a DID. Ids inserted by this transaction are kept aside
 // until it commits.
 func (w *txWriter) actorID(did syntax.DID) (int64, error) {
-	if id, ok := w.s.actorIDs[did]; ok {
+	if id, ok := w.s.actorIDs.get(did); ok {
 		return id, nil
 	}
 	if id, ok := w.newActors[did]; ok {
@@ -338,7 +338,7 @@ func (w *txWriter) actorID(did syntax.DID) (int64, error) {
 		return 0, fmt.Errorf("look up actor: %w", err)
 	}
 	if found {
-		w.s.cacheActor(did, id)
+		w.s.actorIDs.put(did, id)
 		return id, nil
 	}
 	if _, err := w.queryRow(w.s.stmts.insertActor, []any{string(did)}, &id); err != nil {
@@ -354,7 +354,7 @@ func (w *txWriter) actorID(did syntax.DID) (int64, error) {
 // existingActorID finds an interned DID without interning it: the cheap
 // scope check that keeps out-of-scope accounts out of the actors table.
 func (w *txWriter) existingActorID(did syntax.DID) (int64, bool, error) {
-	if id, ok := w.s.actorIDs[did]; ok {
+	if id, ok := w.s.actorIDs.get(did); ok {
 		return id, true, nil
 	}
 	if id, ok := w.newActors[did]; ok {
@@ -366,7 +366,7 @@ func (w *txWriter) existingActorID(did syntax.DID) (int64, bool, error) {
 		return 0, false, fmt.Errorf("look up actor: %w", err)
 	}
 	if found {
-		w.s.cacheActor(did, id)
+		w.s.actorIDs.put(did, id)
 	}
 	return id, found, nil
 }
@@ -414,21 +414,8 @@ func (w *txWriter) bury(actorID, collID int64, c *Change) error {
 	return nil
 }
 
-func (s *Store) cacheActor(did syntax.DID, id int64) {
-	if _, ok := s.actorIDs[did]; ok {
-		return // an actor's id never changes
-	}
-	n := len(did) + actorEntryOverhead
-	if len(s.actorIDs) >= maxCachedActors || s.actorBytes+n > s.maxActorBytes {
-		s.actorIDs = make(map[syntax.DID]int64, maxCachedActors/4)
-		s.actorBytes = 0
-	}
-	s.actorIDs[did] = id
-	s.actorBytes += n
-}
-
 func (s *Store) rememberActors(ids map[syntax.DID]int64) {
 	for did, id := range ids {
-		s.cacheActor(did, id)
+		s.actorIDs.put(did, id)
 	}
 }

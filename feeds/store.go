@@ -147,11 +147,7 @@ type Store struct {
 
 	// actorIDs caches interned DIDs for the writer. Only committed ids
 	// enter it, so a rolled-back batch cannot leave a dangling id behind.
-	actorIDs map[syntax.DID]int64
-	// actorBytes counts the DIDs' bytes in actorIDs (and each entry's
-	// actorEntryOverhead), at most maxActorBytes (maxCachedActorBytes;
-	// tests lower it).
-	actorBytes, maxActorBytes int
+	actorIDs didIDs
 	// followed caches authors a viewer follows (followed_cache.go).
 	followed followedAuthors
 	stmts    *statements // prepared on the writer at the first batch
@@ -261,15 +257,10 @@ const walAutocheckpointPages = 16384
 // over rather than growing with the network.
 const maxCachedActors = 500_000
 
-// maxCachedActorBytes bounds the same cache in bytes: a DID may be up to
-// 2 KiB, and a follow's subject is whatever DID its author wrote, so
-// 500,000 of them held a GiB; did:plc DIDs (32 bytes) still fit all
-// 500,000 (TestTheActorCacheIsBoundedInBytes). actorEntryOverhead
-// approximates an entry's bytes beyond its DID's.
-const (
-	maxCachedActorBytes = 48 << 20
-	actorEntryOverhead  = 64
-)
+// maxCachedActorBytes bounds the same cache in bytes: a follow's subject
+// is whatever DID its author wrote, up to 2 KiB, so 500,000 of them held a
+// GiB; 500,000 did:plc DIDs (32 bytes) still fit.
+const maxCachedActorBytes = 48 << 20
 
 // ErrUnknownLane is returned for a feed or collection the config does not
 // declare.
@@ -313,8 +304,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		targetColls:   map[syntax.NSID]int64{},
 		lanesByFollow: map[int64][]*lane{},
 		fieldsByColl:  map[int64][]fieldDef{},
-		actorIDs:      map[syntax.DID]int64{},
-		maxActorBytes: maxCachedActorBytes,
+		actorIDs:      newDIDIDs(maxCachedActors, maxCachedActorBytes),
+		viewerIDs:     viewerIDs{ids: newDIDIDs(maxViewerIDs, maxViewerIDBytes)},
 		followed:      followedAuthors{},
 		indexAll:      opts.IndexAll,
 		profiles:      opts.Profiles,

@@ -17,13 +17,9 @@ import (
 const maxViewerIDs = 200_000
 
 // maxViewerIDBytes bounds the same ids in bytes: a viewer's DID is the
-// client's, up to 2 KiB, so 200,000 of them held 400 MiB; did:plc viewers
-// (32 bytes) still fit all 200,000 (TestViewerIDsAreBoundedInBytes).
-// viewerIDOverhead approximates an entry's bytes beyond its DID's.
-const (
-	maxViewerIDBytes = 20 << 20
-	viewerIDOverhead = 64
-)
+// client's, up to 2 KiB, so 200,000 of them held 400 MiB; 200,000 did:plc
+// viewers (32 bytes) still fit.
+const maxViewerIDBytes = 20 << 20
 
 // viewerIDs remembers the actor id of each viewer a page was read for
 // (the writer's own cache of interned ids, Store.actorIDs, is the
@@ -36,17 +32,13 @@ const (
 // round).
 type viewerIDs struct {
 	mu  sync.RWMutex
-	ids map[syntax.DID]int64
-	// bytes counts the DIDs' bytes, with viewerIDOverhead each, up to
-	// maxBytes (maxViewerIDBytes when 0; tests lower it).
-	bytes, maxBytes int
+	ids didIDs
 }
 
 func (v *viewerIDs) get(did syntax.DID) (int64, bool) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	id, ok := v.ids[did]
-	return id, ok
+	return v.ids.get(did)
 }
 
 // put remembers a copy of did: the caller's is usually a slice of the
@@ -57,20 +49,7 @@ func (v *viewerIDs) put(did syntax.DID, id int64) {
 	did = syntax.DID(strings.Clone(string(did)))
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if _, ok := v.ids[did]; ok {
-		return // an actor's id never changes
-	}
-	n := len(did) + viewerIDOverhead
-	maxBytes := v.maxBytes
-	if maxBytes == 0 {
-		maxBytes = maxViewerIDBytes
-	}
-	if v.ids == nil || len(v.ids) >= maxViewerIDs || v.bytes+n > maxBytes {
-		v.ids = make(map[syntax.DID]int64)
-		v.bytes = 0
-	}
-	v.ids[did] = id
-	v.bytes += n
+	v.ids.put(did, id)
 }
 
 // viewerActorID returns the id of the viewer's actor row; found is false

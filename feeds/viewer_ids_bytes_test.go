@@ -12,10 +12,10 @@ import (
 func viewerIDBytes(s *Store) (entries, bytes int) {
 	s.viewerIDs.mu.RLock()
 	defer s.viewerIDs.mu.RUnlock()
-	for d := range s.viewerIDs.ids {
-		bytes += len(d) + viewerIDOverhead
+	for d := range s.viewerIDs.ids.ids {
+		bytes += len(d) + didEntryOverhead
 	}
-	return len(s.viewerIDs.ids), bytes
+	return len(s.viewerIDs.ids.ids), bytes
 }
 
 // The viewer ids a Store remembers were bounded at 200,000 entries, but a
@@ -27,7 +27,7 @@ func TestViewerIDsAreBoundedInBytes(t *testing.T) {
 	s := MustOpen(t, defaultFeeds)
 	const bound = 64 << 10
 	s.viewerIDs.mu.Lock()
-	s.viewerIDs.maxBytes = bound
+	s.viewerIDs.ids.maxBytes = bound
 	s.viewerIDs.mu.Unlock()
 	var subjects []string
 	var changes []Change

@@ -53,7 +53,7 @@ func TestARememberedViewerIDKeepsNoneOfTheRequest(t *testing.T) {
 		t.Fatalf("page: %+v, %v", p, err)
 	}
 	start := uintptr(unsafe.Pointer(unsafe.StringData(raw)))
-	for k := range s.viewerIDs.ids {
+	for k := range s.viewerIDs.ids.ids {
 		if at := uintptr(unsafe.Pointer(unsafe.StringData(string(k)))); at >= start && at < start+uintptr(len(raw)) {
 			t.Fatalf("remembered DID %s points into the %d-byte query string it was read from", k, len(raw))
 		}
