@@ -180,15 +180,17 @@ func (v *viewerMemo) get(k viewerKey) (time.Time, bool) {
 }
 
 // set remembers k with t, first making room: past the bounds the entries
-// stale says are of no more use go, and if that is not enough, all.
+// stale says are of no more use go, and if they leave less than a quarter
+// of the bounds free, all go: else the memory would be full again within
+// a few inserts, each paying for a scan of every entry
+// (TestAFullViewerMemoDoesNotScanAtEveryInsert).
 func (v *viewerMemo) set(k viewerKey, t time.Time, stale func(time.Time) bool) {
 	if _, ok := v.m[k]; ok {
 		v.m[k] = t
 		return
 	}
 	n := viewerEntryBytes(k)
-	full := func() bool { return len(v.m) >= v.maxLen || v.bytes+n > v.maxBytes }
-	if full() {
+	if len(v.m) >= v.maxLen || v.bytes+n > v.maxBytes {
 		maps.DeleteFunc(v.m, func(k viewerKey, t time.Time) bool {
 			if stale(t) {
 				v.bytes -= viewerEntryBytes(k)
@@ -196,7 +198,7 @@ func (v *viewerMemo) set(k viewerKey, t time.Time, stale func(time.Time) bool) {
 			}
 			return false
 		})
-		if full() {
+		if len(v.m) > v.maxLen*3/4 || v.bytes+n > v.maxBytes*3/4 {
 			v.clear()
 		}
 	}
