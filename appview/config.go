@@ -109,6 +109,14 @@ func (js JetstreamConfig) FailoverRewind() time.Duration {
 type IngestConfig struct {
 	BatchSize     int           `yaml:"batch_size"`
 	BatchInterval time.Duration `yaml:"batch_interval"`
+	// MaxBatchInterval is how far a live batch's wait may stretch past
+	// BatchInterval while the writer is busy: each wait is ten times
+	// what the last batch took to apply (ingester.nextInterval), so a
+	// quiet stream keeps BatchInterval's latency and a heavy one commits
+	// fewer, larger batches, which write each feed page once for many
+	// rows and leave the readers' caches alone for longer. At or below
+	// BatchInterval no batch stretches.
+	MaxBatchInterval time.Duration `yaml:"max_batch_interval"`
 	// CatchupBatchSize lets a batch grow past BatchSize while more events
 	// are already queued (the consumer is catching up on a backlog): one
 	// commit then writes each touched page once for many more events.
@@ -191,6 +199,7 @@ func DefaultConfig() Config {
 		Ingest: IngestConfig{
 			BatchSize:        1000,
 			BatchInterval:    100 * time.Millisecond,
+			MaxBatchInterval: 5 * time.Second,
 			CatchupBatchSize: 30000,
 			IndexAll:         false,
 		},

@@ -20,6 +20,11 @@ const maxWantedCollections = 100
 // host.
 const minIdleTimeout = 30 * time.Second
 
+// maxBatchInterval bounds ingest.max_batch_interval: a feed may lag the
+// stream by that much under load, and a minute is already far past what a
+// reader of a timeline would wait for.
+const maxBatchInterval = time.Minute
+
 var (
 	feedNameRegex = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$`)
 	logLevels     = []string{"debug", "info", "warn", "error"}
@@ -93,6 +98,9 @@ func (c Config) Validate() error {
 	}
 	if c.Ingest.BatchInterval <= 0 {
 		fail("ingest.batch_interval", "must be positive")
+	}
+	if d := c.Ingest.MaxBatchInterval; d < 0 || d > maxBatchInterval {
+		fail("ingest.max_batch_interval", "must be between 0 and %s", maxBatchInterval)
 	}
 
 	c.validateHTTP(fail)

@@ -192,36 +192,39 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		store.Close()
 		return nil, err
 	}
+	ingest := &ingester{
+		store:         store,
+		batchSize:     cfg.Ingest.BatchSize,
+		catchupSize:   cfg.Ingest.CatchupBatchSize,
+		batchInterval: cfg.Ingest.BatchInterval,
+		maxInterval:   cfg.Ingest.MaxBatchInterval,
+		log:           log.With("component", "ingest"),
+		afterCommit: func(res feeds.BatchResult) {
+			if len(res.NewFollows) > 0 {
+				firstReads.FollowsCreated(res.NewFollows)
+			}
+			if len(res.Restored) > 0 {
+				firstReads.ForgetViewers(res.Restored)
+			}
+		},
+		identityChanged: dir.PurgeIdentity,
+		restart:         consumer.Restart,
+		consumed:        consumer.Consumed,
+		sweepIdle:       cfg.Sweep.IdleInterval,
+		now:             time.Now,
+	}
+	registerBatchInterval(reg, ingest)
 	built = true
 	return &Daemon{
-		cfg:      cfg,
-		log:      log.With("component", "daemon"),
-		lock:     lock,
-		store:    store,
-		consumer: consumer,
-		sessions: sessions,
-		backfill: firstReads,
-		profiles: hydration,
-		ingest: &ingester{
-			store:         store,
-			batchSize:     cfg.Ingest.BatchSize,
-			catchupSize:   cfg.Ingest.CatchupBatchSize,
-			batchInterval: cfg.Ingest.BatchInterval,
-			log:           log.With("component", "ingest"),
-			afterCommit: func(res feeds.BatchResult) {
-				if len(res.NewFollows) > 0 {
-					firstReads.FollowsCreated(res.NewFollows)
-				}
-				if len(res.Restored) > 0 {
-					firstReads.ForgetViewers(res.Restored)
-				}
-			},
-			identityChanged: dir.PurgeIdentity,
-			restart:         consumer.Restart,
-			consumed:        consumer.Consumed,
-			sweepIdle:       cfg.Sweep.IdleInterval,
-			now:             time.Now,
-		},
+		cfg:           cfg,
+		log:           log.With("component", "daemon"),
+		lock:          lock,
+		store:         store,
+		consumer:      consumer,
+		sessions:      sessions,
+		backfill:      firstReads,
+		profiles:      hydration,
+		ingest:        ingest,
 		server:        server,
 		status:        status,
 		listener:      listener,

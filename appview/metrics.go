@@ -40,3 +40,14 @@ func registerLag(reg prometheus.Registerer, store *feeds.Store, now func() time.
 		return now().Sub(time.UnixMicro(c.TimeUS)).Seconds()
 	}))
 }
+
+// registerBatchInterval exports the wait of the ingest's next live batch:
+// batch_interval on a quiet stream, up to max_batch_interval while the
+// writer is busy. It is also about how long a new post takes to reach
+// feeds.
+func registerBatchInterval(reg prometheus.Registerer, in *ingester) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "appview", Subsystem: "ingest", Name: "batch_interval_seconds",
+		Help: "How long the next live batch gathers events before it is committed: ingest.batch_interval, stretched up to ingest.max_batch_interval while the writer is busy.",
+	}, func() float64 { return in.currentInterval().Seconds() }))
+}
