@@ -111,7 +111,7 @@ type IngestConfig struct {
 	BatchInterval time.Duration `yaml:"batch_interval"`
 	// MaxBatchInterval is how far a live batch's wait may stretch past
 	// BatchInterval while the writer is busy: each wait is ten times
-	// what the last batch took to apply (ingester.nextInterval), so a
+	// what the last batch took to apply (ingester.waitAfter), so a
 	// quiet stream keeps BatchInterval's latency and a heavy one commits
 	// fewer, larger batches, which write each feed page once for many
 	// rows and leave the readers' caches alone for longer. At or below

@@ -18,7 +18,7 @@ import (
 // ingester turns the consumer's events into batches: it flushes at
 // batchSize events or batchInterval after the first event of a batch,
 // whichever comes first (both stretched while the writer is busy:
-// nextInterval), and each flush is one transaction carrying the
+// waitAfter), and each flush is one transaction carrying the
 // cursor of the events it holds. A frame the consumer dropped (malformed,
 // hostile) never reaches it; the next event's position passes over it, so
 // junk never stalls the cursor.
@@ -34,7 +34,7 @@ type ingester struct {
 	catchupSize   int
 	batchInterval time.Duration
 	// maxInterval bounds how far a live batch's wait stretches while the
-	// writer is busy (nextInterval); interval is the wait the next batch
+	// writer is busy (waitAfter); interval is the wait the next batch
 	// gets, in nanoseconds, read by the metrics.
 	maxInterval time.Duration
 	interval    atomic.Int64
@@ -134,7 +134,10 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 	defer idle.Stop()
 	batchBytes := 0 // of the records the batch holds
 	stopping := ctx.Done()
-	flush := func(ctx context.Context) error {
+	// flush commits the batch. live says it was a live stream's (its wait
+	// ran out before it filled, with little queued behind it); with its
+	// apply time, that sets the next batch's wait (waitAfter).
+	flush := func(ctx context.Context, live bool) error {
 		timer.Stop()
 		if !pending {
 			return nil
@@ -178,7 +181,7 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		if _, err := in.tick(ctx, res.MutatedFeeds(), max(len(batch.Changes), 1), res.FanoutRows+res.MergedRows); err != nil {
 			return err
 		}
-		in.interval.Store(int64(in.nextInterval(in.now().Sub(started))))
+		in.interval.Store(int64(in.waitAfter(live, in.now().Sub(started))))
 		idle.Reset(in.sweepIdle)
 		batchBytes = 0
 		batch.Changes = batch.Changes[:0]
@@ -222,10 +225,10 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 			case ev := <-events:
 				add(&ev)
 			default:
-				return flush(writeCtx)
+				return flush(writeCtx, false)
 			}
 		}
-		return flush(writeCtx)
+		return flush(writeCtx, false)
 	}
 	for {
 		// Checked first: a select picks among ready cases at random, and
@@ -239,12 +242,12 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		case ev := <-events:
 			add(&ev)
 			if in.full(len(batch.Changes), len(events), batchBytes) {
-				if err := flush(writeCtx); err != nil {
+				if err := flush(writeCtx, false); err != nil {
 					return err
 				}
 			}
 		case <-timer.C:
-			if err := flush(writeCtx); err != nil {
+			if err := flush(writeCtx, in.live(len(events))); err != nil {
 				return err
 			}
 		case <-idle.C:
@@ -304,7 +307,7 @@ func (in *ingester) full(n, queued, bytes int) bool {
 // tenth of its time on a live stream before batches stretch.
 const stretchFactor = 10
 
-// nextInterval is the wait of the next batch after one that took took to
+// waitAfter is the wait of the next batch after one that took took to
 // apply (and its sweep tick): batch_interval while the writer is mostly
 // idle, stretched up to max_batch_interval as it gets busy.
 //
@@ -315,10 +318,23 @@ const stretchFactor = 10
 // 1,000 events/s that took 40% off the ingest's CPU and gave getFeed a
 // quarter more requests a second (docs/benchmarks.md, twenty-third round).
 // On a quiet stream a batch applies in a few milliseconds and the wait
-// stays at batch_interval; a backlog's long batches stretch it, and the
-// first short live batch after brings it back.
-func (in *ingester) nextInterval(took time.Duration) time.Duration {
+// stays at batch_interval. Only a live batch stretches it (live).
+func (in *ingester) waitAfter(live bool, took time.Duration) time.Duration {
+	if !live {
+		return in.batchInterval
+	}
 	return max(in.batchInterval, min(stretchFactor*took, in.maxInterval))
+}
+
+// live says whether a batch whose wait ran out, with queued events behind
+// it, is a live stream's: less than a batch_size is queued. A backlog's
+// batches fill, or run out of time with the queue holding more; stretched,
+// they would no longer be cut where the queue runs dry, so each would grow
+// to catchup_batch_size and hold the read loop past its stall timeout (28
+// step-aways in a 1M catch-up against 1, docs/benchmarks.md). A live
+// stream's events come in bursts, so an empty queue would be too strict.
+func (in *ingester) live(queued int) bool {
+	return queued < in.batchSize
 }
 
 // currentInterval is the wait of the batch about to open.

@@ -11,31 +11,48 @@ import (
 	"github.com/atfeeds/appview/jetstream"
 )
 
-// A live batch waits ten times what the last one took to apply, never
-// less than batch_interval nor more than max_batch_interval; a
-// max_batch_interval at or below batch_interval never stretches.
+// A live batch waits, the next time, ten times what it took to apply,
+// never less than batch_interval nor more than max_batch_interval; a
+// backlog's batch leaves the next at batch_interval; a max_batch_interval
+// at or below batch_interval never stretches.
 func TestALiveBatchWaitsTenTimesTheLastApply(t *testing.T) {
-	in := &ingester{batchInterval: 100 * time.Millisecond, maxInterval: 5 * time.Second}
+	const base = 100 * time.Millisecond
+	in := &ingester{batchSize: 1000, batchInterval: base, maxInterval: 5 * time.Second}
 	for _, tc := range []struct {
 		took, want time.Duration
 	}{
-		{0, 100 * time.Millisecond},
-		{4 * time.Millisecond, 100 * time.Millisecond}, // a quiet stream's batch
-		{10 * time.Millisecond, 100 * time.Millisecond},
+		{0, base},
+		{4 * time.Millisecond, base}, // a quiet stream's batch
+		{10 * time.Millisecond, base},
 		{40 * time.Millisecond, 400 * time.Millisecond}, // 100 events at 1,000 events/s
 		{300 * time.Millisecond, 3 * time.Second},
-		{time.Second, 5 * time.Second},         // bounded
-		{time.Minute, 5 * time.Second},         // a catch-up batch
-		{-time.Second, 100 * time.Millisecond}, // a clock stepped back
+		{time.Second, 5 * time.Second}, // bounded
+		{time.Minute, 5 * time.Second}, // bounded
+		{-time.Second, base},           // a clock stepped back
 	} {
-		if got := in.nextInterval(tc.took); got != tc.want {
-			t.Errorf("after a batch of %s: wait %s, want %s", tc.took, got, tc.want)
+		if got := in.waitAfter(true, tc.took); got != tc.want {
+			t.Errorf("after a live batch of %s: wait %s, want %s", tc.took, got, tc.want)
+		}
+		if got := in.waitAfter(false, tc.took); got != base {
+			t.Errorf("after a backlog's batch of %s: wait %s, want batch_interval", tc.took, got)
 		}
 	}
-	for _, maxInterval := range []time.Duration{0, 50 * time.Millisecond, 100 * time.Millisecond} {
-		off := &ingester{batchInterval: 100 * time.Millisecond, maxInterval: maxInterval}
-		if got := off.nextInterval(time.Second); got != 100*time.Millisecond {
+	for _, maxInterval := range []time.Duration{0, 50 * time.Millisecond, base} {
+		off := &ingester{batchInterval: base, maxInterval: maxInterval}
+		if got := off.waitAfter(true, time.Second); got != base {
 			t.Errorf("max_batch_interval %s: wait %s after a slow batch, want batch_interval", maxInterval, got)
+		}
+	}
+}
+
+// A batch whose wait ran out is a live stream's while less than a
+// batch_size is queued behind it: a live stream's events come in bursts,
+// a backlog's fill the queue.
+func TestABatchThatRanOutOfTimeIsLiveUnlessABatchIsQueued(t *testing.T) {
+	in := &ingester{batchSize: 1000}
+	for queued, want := range map[int]bool{0: true, 370: true, 999: true, 1000: false, 16384: false} {
+		if got := in.live(queued); got != want {
+			t.Errorf("live(%d queued) = %v, want %v", queued, got, want)
 		}
 	}
 }
@@ -59,23 +76,25 @@ func TestAStretchedBatchGrowsPastBatchSize(t *testing.T) {
 	}
 }
 
-// Through a real store: a slow commit stretches the next live batch past
-// batch_size, and a quick one brings batches back to batch_size. The
-// clock is driven by the test: each reading advances it by step, so a
-// flush, which reads it before the write, at the sweep's tick and after,
-// takes two steps.
-func TestASlowWriterStretchesTheNextLiveBatch(t *testing.T) {
+// Through a real store: a slow live batch stretches the next one past
+// batch_size; a batch that filled stretches nothing, however long it took.
+// The apply times are driven by the test's clock: each reading advances
+// it by step, and a flush reads it before the write, at the sweep's tick
+// and after, so it takes two steps.
+func TestASlowLiveBatchStretchesTheNextOne(t *testing.T) {
 	store := openIndexAllStore(t)
 	var step atomic.Int64
 	var clock atomic.Int64
 	now := func() time.Time { return time.Unix(0, clock.Add(step.Load())) }
+	step.Store(int64(time.Hour)) // every batch takes two hours
 
 	events := make(chan jetstream.Event) // unbuffered: nothing is ever queued, as on a live stream
-	source := queuedPosts(120, shortPost)
+	source := queuedPosts(60, shortPost)
 	commits := make(chan int, 10)
+	const base = 20 * time.Millisecond
 	in := &ingester{
-		store: store, batchSize: 10, catchupSize: 50,
-		batchInterval: time.Minute, maxInterval: time.Hour,
+		store: store, batchSize: 2, catchupSize: 8,
+		batchInterval: base, maxInterval: time.Hour,
 		log: slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: now,
 		afterCommit: func(res feeds.BatchResult) { commits <- res.Applied },
 	}
@@ -99,29 +118,32 @@ func TestASlowWriterStretchesTheNextLiveBatch(t *testing.T) {
 			t.Fatalf("no batch of %d events committed", want)
 		}
 	}
+	wantWait := func(want time.Duration, after string) {
+		t.Helper()
+		if got := in.currentInterval(); got != want {
+			t.Fatalf("after %s the wait is %s, want %s", after, got, want)
+		}
+	}
 
-	// The first batch applies in "2 h" (two steps of an hour): ten times
-	// that is past the bound, so the next batch waits an hour. (No timer
-	// fires during the test: the shortest wait is batch_interval, a
-	// minute.)
-	step.Store(int64(time.Hour))
-	send(10)
-	expect(10)
-	send(1) // taken once the flush, and the new wait, are done
-	if got := in.currentInterval(); got != time.Hour {
-		t.Fatalf("after a slow batch the wait is %s, want the bound (1h)", got)
-	}
-	// Stretched: the batch grows past batch_size to catchup_batch_size,
-	// though nothing is queued. It commits quickly.
-	step.Store(0)
-	send(49)
-	expect(50)
+	// One event, then its 20 ms wait runs out: a live batch, of two
+	// hours. The next waits the bound, an hour (no timer fires again
+	// during the test).
 	send(1)
-	if got := in.currentInterval(); got != time.Minute {
-		t.Fatalf("after a quick batch the wait is %s, want batch_interval (1m)", got)
+	expect(1)
+	send(1) // taken once the flush, and the new wait, are done
+	wantWait(time.Hour, "a live batch of two hours")
+	// Stretched, the batch grows past batch_size (2) to
+	// catchup_batch_size (8), though nothing is queued. Filled, its two
+	// hours stretch nothing.
+	send(7)
+	expect(8)
+	// No event is sent after it, so no batch (and no timer) is open: the
+	// wait changes once, when the flush ends.
+	for deadline := time.Now().Add(10 * time.Second); in.currentInterval() != base; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			wantWait(base, "a batch that filled")
+		}
 	}
-	send(9)
-	expect(10)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

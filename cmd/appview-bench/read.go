@@ -49,9 +49,10 @@ func (b *bench) readPhase(ctx context.Context) (clientResult, error) {
 	// Measure ingest over the clients' measuring window: after their
 	// warm-up, until they stop.
 	sent0, cursor0 := b.server.Sent(), b.daemon.Store().Cursor().TimeUS
-	restarts0 := -1.0
+	restarts0, batches0 := -1.0, -1.0
 	if m, err := scrape(ctx, b.base); err == nil {
 		restarts0 = m.sum(`appview_database_wal_restarts_total`)
+		batches0 = m.sum(`appview_ingest_batches_total`)
 	}
 	if err := cmd.Start(); err != nil {
 		return res, fmt.Errorf("start client process: %w", err)
@@ -119,6 +120,12 @@ func (b *bench) readPhase(ctx context.Context) (clientResult, error) {
 		if restarts0 >= 0 {
 			fmt.Fprintf(b.out, "WAL RESTART checkpoints during the read phase: %.0f (appview_database_wal_restarts_total)\n",
 				m.sum(`appview_database_wal_restarts_total`)-restarts0)
+		}
+		// How the live stream was batched: a busy writer stretches its
+		// batches up to ingest.max_batch_interval.
+		if batches0 >= 0 {
+			fmt.Fprintf(b.out, "live batches committed since the read phase began: %.0f; the next one waits %.2fs (appview_ingest_batch_interval_seconds)\n",
+				m.sum(`appview_ingest_batches_total`)-batches0, m.sum(`appview_ingest_batch_interval_seconds`))
 		}
 	}
 	fmt.Fprintf(b.out, "daemon RSS after the read phase %.0f MiB\n", float64(procStatus("VmRSS"))/(1<<20))
