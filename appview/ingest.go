@@ -251,10 +251,17 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 				return err
 			}
 		case <-idle.C:
-			if !pending {
-				if err := in.followReset(writeCtx); err != nil {
-					return err
-				}
+			if pending {
+				// Not idle: the open batch's commit, at most its wait
+				// away, ticks the sweep and rearms this timer. A
+				// stretched batch's wait reaches sweep.idle_interval
+				// (both 5 s by default), and an idle tick here would
+				// visit a whole budget on a busy writer, every 50 ms
+				// while it leaves work pending.
+				break
+			}
+			if err := in.followReset(writeCtx); err != nil {
+				return err
 			}
 			res, err := in.tick(writeCtx, false, 0, 0)
 			if err != nil {

@@ -149,3 +149,51 @@ func TestASlowLiveBatchStretchesTheNextOne(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The idle timer ticks the sweep on a quiet stream only: while a stretched
+// batch is open (sweep.idle_interval below max_batch_interval, or equal
+// to it, the defaults, where the idle timer runs out just before the
+// batch's), its commit is a moment away and ticks the sweep itself. An
+// idle tick there visits a whole budget, and again every 50 ms while it
+// leaves work pending, on a busy writer.
+func TestNoIdleSweepTickWhileAStretchedBatchIsOpen(t *testing.T) {
+	store := openIndexAllStore(t)
+	var reads atomic.Int64 // of the clock: a flush reads it thrice, an idle tick once
+	var clock atomic.Int64
+	now := func() time.Time {
+		reads.Add(1)
+		return time.Unix(0, clock.Add(int64(time.Hour))) // every batch takes two hours
+	}
+	events := make(chan jetstream.Event)
+	source := queuedPosts(10, shortPost)
+	commits := make(chan int, 10)
+	in := &ingester{
+		store: store, batchSize: 2, catchupSize: 8,
+		batchInterval: 20 * time.Millisecond, maxInterval: time.Hour,
+		log: slog.New(slog.DiscardHandler), sweepIdle: 30 * time.Millisecond, now: now,
+		afterCommit: func(res feeds.BatchResult) { commits <- res.Applied },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx, events) }()
+	events <- <-source
+	select {
+	case <-commits:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first batch did not commit")
+	}
+	// The next batch opens with an hour's wait, and stays open.
+	events <- <-source
+	if got := in.currentInterval(); got != time.Hour {
+		t.Fatalf("the wait is %s after a live batch of two hours, want an hour", got)
+	}
+	before := reads.Load()
+	time.Sleep(300 * time.Millisecond) // ten idle intervals
+	if n := reads.Load() - before; n != 0 {
+		t.Errorf("%d idle sweep ticks while a batch was open", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
