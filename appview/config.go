@@ -120,8 +120,9 @@ type IngestConfig struct {
 	// CatchupBatchSize lets a batch grow past BatchSize while more events
 	// are already queued (the consumer is catching up on a backlog): one
 	// commit then writes each touched page once for many more events.
-	// A live stream never fills BatchSize before BatchInterval, so it is
-	// unaffected. At or below BatchSize (0 included) turns growth off.
+	// It also bounds a live batch whose wait MaxBatchInterval stretched,
+	// which no longer stops at BatchSize. At or below BatchSize (0
+	// included) turns growth off.
 	// The consumer steps away from its connection while such a batch
 	// holds its queue full (jetstream.Config.StallTimeout).
 	CatchupBatchSize int `yaml:"catchup_batch_size"`
