@@ -260,6 +260,10 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 				// while it leaves work pending.
 				break
 			}
+			// A stream quiet for an idle interval is not a busy one: its
+			// next post waits batch_interval, not a wait stretched before
+			// the lull.
+			in.interval.Store(int64(in.batchInterval))
 			if err := in.followReset(writeCtx); err != nil {
 				return err
 			}

@@ -197,3 +197,47 @@ func TestNoIdleSweepTickWhileAStretchedBatchIsOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A stream quiet for sweep.idle_interval is not a busy one: the wait a
+// busy stretch left behind goes back to batch_interval, so the first post
+// after a lull is not held for it.
+func TestAQuietStreamForgetsAStretchedWait(t *testing.T) {
+	store := openIndexAllStore(t)
+	var clock atomic.Int64
+	now := func() time.Time { return time.Unix(0, clock.Add(int64(time.Hour))) } // every batch takes two hours
+	events := make(chan jetstream.Event)
+	source := queuedPosts(10, shortPost)
+	commits := make(chan int, 10)
+	const base = 20 * time.Millisecond
+	in := &ingester{
+		store: store, batchSize: 2, catchupSize: 8,
+		batchInterval: base, maxInterval: time.Hour,
+		log: slog.New(slog.DiscardHandler), sweepIdle: 200 * time.Millisecond, now: now,
+		afterCommit: func(res feeds.BatchResult) { commits <- res.Applied },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx, events) }()
+	events <- <-source
+	select {
+	case <-commits:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first batch did not commit")
+	}
+	// The flush ends with the wait stretched to an hour (the idle timer
+	// is rearmed then, and runs out 200 ms later); then nothing comes.
+	waitFor := func(want time.Duration) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); in.currentInterval() != want; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the wait is %s, want %s", in.currentInterval(), want)
+			}
+		}
+	}
+	waitFor(time.Hour)
+	waitFor(base)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
