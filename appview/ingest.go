@@ -146,9 +146,13 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		// transaction) fails the batch before anything of it is written:
 		// it is tried again rather than stopping the daemon
 		// (TestIngestWaitsOutAWriteLockHeldElsewhere).
-		started := in.now()
+		// The apply time that may stretch the next batch's wait counts
+		// the attempt that succeeded, less its wait for the write lock:
+		// waiting behind another writer is not a busy writer.
+		var started time.Time
 		var res feeds.BatchResult
 		err := retryWhileBusy(stopping, busyAttemptsAtShutdown, in.log, "ingest", func() (err error) {
+			started = in.now()
 			res, err = in.store.ApplyBatch(ctx, batch)
 			return err
 		})
@@ -181,7 +185,7 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		if _, err := in.tick(ctx, res.MutatedFeeds(), max(len(batch.Changes), 1), res.FanoutRows+res.MergedRows); err != nil {
 			return err
 		}
-		in.interval.Store(int64(in.waitAfter(live, in.now().Sub(started))))
+		in.interval.Store(int64(in.waitAfter(live, in.now().Sub(started)-res.LockWait)))
 		idle.Reset(in.sweepIdle)
 		batchBytes = 0
 		batch.Changes = batch.Changes[:0]

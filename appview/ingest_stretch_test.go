@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/internal/writelock"
 	"github.com/atfeeds/appview/jetstream"
 )
 
@@ -236,6 +237,55 @@ func TestAQuietStreamForgetsAStretchedWait(t *testing.T) {
 	}
 	waitFor(time.Hour)
 	waitFor(base)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Waiting for the write lock is not applying: a live batch that waited
+// half a second behind another process's transaction, then applied in a
+// few milliseconds, leaves the next batch's wait near batch_interval, not
+// ten times the half second.
+func TestALockWaitDoesNotStretchTheNextBatch(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	store := openIndexAllStoreAt(t, path)
+	events := make(chan jetstream.Event)
+	source := queuedPosts(10, shortPost)
+	commits := make(chan int, 10)
+	const base = 20 * time.Millisecond
+	in := &ingester{
+		store: store, batchSize: 2, catchupSize: 8,
+		batchInterval: base, maxInterval: time.Hour,
+		log: slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: time.Now,
+		afterCommit: func(res feeds.BatchResult) { commits <- res.Applied },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx, events) }()
+
+	const held = 500 * time.Millisecond
+	release := writelock.Hold(t, path)
+	go func() {
+		time.Sleep(held)
+		release()
+	}()
+	began := time.Now()
+	events <- <-source // its 20 ms wait runs out while the lock is held
+	select {
+	case <-commits:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batch did not commit")
+	}
+	if waited := time.Since(began); waited < held {
+		t.Fatalf("the batch committed after %s, before the lock was released (%s)", waited, held)
+	}
+	events <- <-source // taken once the flush, and the new wait, are done
+	// The apply itself takes milliseconds; ten times the lock wait would
+	// be five seconds.
+	if got := in.currentInterval(); got >= held {
+		t.Errorf("after a batch that waited %s for the lock the wait is %s, want under %s", held, got, held)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ package feeds
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 )
@@ -115,6 +116,12 @@ type BatchResult struct {
 	FanoutRows  int64 // feed rows written by target creates
 	MergedRows  int64 // feed rows written by follow merges
 	RemovedRows int64 // feed rows removed by deletes and unfollows
+	// LockWait is how long the batch waited for the write lock before it
+	// began: behind the daemon's other writes (a first read, notify) or
+	// another process's transaction. It is not time spent applying, and
+	// the ingester leaves it out of the apply time that stretches the
+	// next batch.
+	LockWait time.Duration
 }
 
 // AccountStatus is an account event: an author going inactive

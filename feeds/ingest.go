@@ -27,6 +27,7 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 		return BatchResult{}, err
 	}
 	defer w.tx.Rollback()
+	w.res.LockWait = time.Since(start)
 	if err := w.forgetHandles(b.Identities); err != nil {
 		return BatchResult{}, err
 	}
