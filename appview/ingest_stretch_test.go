@@ -77,78 +77,107 @@ func TestAStretchedBatchGrowsPastBatchSize(t *testing.T) {
 	}
 }
 
-// Through a real store: a slow live batch stretches the next one past
-// batch_size; a batch that filled stretches nothing, however long it took.
-// The apply times are driven by the test's clock: each reading advances
-// it by step, and a flush reads it before the write, at the sweep's tick
-// and after, so it takes two steps.
-func TestASlowLiveBatchStretchesTheNextOne(t *testing.T) {
-	store := openIndexAllStore(t)
-	var step atomic.Int64
-	var clock atomic.Int64
-	now := func() time.Time { return time.Unix(0, clock.Add(step.Load())) }
-	step.Store(int64(time.Hour)) // every batch takes two hours
+// liveIngester runs an ingester over a real store, fed one event at a
+// time through an unbuffered channel: nothing is ever queued, as on a live
+// stream. Its batches are small (batch_size 2, catchup_batch_size 8), its
+// wait 20 ms stretching up to an hour.
+type liveIngester struct {
+	t       *testing.T
+	in      *ingester
+	events  chan jetstream.Event
+	source  chan jetstream.Event
+	commits chan int
+	cancel  context.CancelFunc
+	done    chan error
+}
 
-	events := make(chan jetstream.Event) // unbuffered: nothing is ever queued, as on a live stream
-	source := queuedPosts(60, shortPost)
-	commits := make(chan int, 10)
-	const base = 20 * time.Millisecond
-	in := &ingester{
+const liveBase = 20 * time.Millisecond
+
+func startLiveIngester(t *testing.T, store *feeds.Store, now func() time.Time, sweepIdle time.Duration) *liveIngester {
+	t.Helper()
+	l := &liveIngester{
+		t: t, events: make(chan jetstream.Event), source: queuedPosts(60, shortPost),
+		commits: make(chan int, 10), done: make(chan error, 1),
+	}
+	l.in = &ingester{
 		store: store, batchSize: 2, catchupSize: 8,
-		batchInterval: base, maxInterval: time.Hour,
-		log: slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: now,
-		afterCommit: func(res feeds.BatchResult) { commits <- res.Applied },
+		batchInterval: liveBase, maxInterval: time.Hour,
+		log: slog.New(slog.DiscardHandler), sweepIdle: sweepIdle, now: now,
+		afterCommit: func(res feeds.BatchResult) { l.commits <- res.Applied },
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx, events) }()
-	send := func(n int) {
-		t.Helper()
-		for range n {
-			events <- <-source
-		}
-	}
-	expect := func(want int) {
-		t.Helper()
-		select {
-		case got := <-commits:
-			if got != want {
-				t.Fatalf("a batch of %d events, want %d", got, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no batch of %d events committed", want)
-		}
-	}
-	wantWait := func(want time.Duration, after string) {
-		t.Helper()
-		if got := in.currentInterval(); got != want {
-			t.Fatalf("after %s the wait is %s, want %s", after, got, want)
-		}
-	}
+	l.cancel = cancel
+	go func() { l.done <- l.in.Run(ctx, l.events) }()
+	return l
+}
 
+// send hands the ingester n events, each once it takes it.
+func (l *liveIngester) send(n int) {
+	for range n {
+		l.events <- <-l.source
+	}
+}
+
+// expect waits for the next commit, of want events.
+func (l *liveIngester) expect(want int) {
+	l.t.Helper()
+	select {
+	case got := <-l.commits:
+		if got != want {
+			l.t.Fatalf("a batch of %d events, want %d", got, want)
+		}
+	case <-time.After(10 * time.Second):
+		l.t.Fatalf("no batch of %d events committed", want)
+	}
+}
+
+// waitFor waits until the next batch's wait is want.
+func (l *liveIngester) waitFor(want time.Duration) {
+	l.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); l.in.currentInterval() != want; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			l.t.Fatalf("the wait is %s, want %s", l.in.currentInterval(), want)
+		}
+	}
+}
+
+func (l *liveIngester) stop() {
+	l.t.Helper()
+	l.cancel()
+	if err := <-l.done; err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+// twoHourBatches is a clock each reading of which advances an hour: a
+// flush reads it before the write, at the sweep's tick and after, so every
+// batch takes two hours, and ten times that is past the hour's bound.
+func twoHourBatches() func() time.Time {
+	var clock atomic.Int64
+	return func() time.Time { return time.Unix(0, clock.Add(int64(time.Hour))) }
+}
+
+// Through a real store: a slow live batch stretches the next one past
+// batch_size; a batch that filled stretches nothing, however long it took.
+func TestASlowLiveBatchStretchesTheNextOne(t *testing.T) {
+	l := startLiveIngester(t, openIndexAllStore(t), twoHourBatches(), time.Hour)
 	// One event, then its 20 ms wait runs out: a live batch, of two
 	// hours. The next waits the bound, an hour (no timer fires again
 	// during the test).
-	send(1)
-	expect(1)
-	send(1) // taken once the flush, and the new wait, are done
-	wantWait(time.Hour, "a live batch of two hours")
+	l.send(1)
+	l.expect(1)
+	l.send(1) // taken once the flush, and the new wait, are done
+	if got := l.in.currentInterval(); got != time.Hour {
+		t.Fatalf("after a live batch of two hours the wait is %s, want the bound (1h)", got)
+	}
 	// Stretched, the batch grows past batch_size (2) to
 	// catchup_batch_size (8), though nothing is queued. Filled, its two
-	// hours stretch nothing.
-	send(7)
-	expect(8)
-	// No event is sent after it, so no batch (and no timer) is open: the
-	// wait changes once, when the flush ends.
-	for deadline := time.Now().Add(10 * time.Second); in.currentInterval() != base; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			wantWait(base, "a batch that filled")
-		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	// hours stretch nothing. No event is sent after it, so no batch (and
+	// no timer) is open: the wait changes once, when the flush ends.
+	l.send(7)
+	l.expect(8)
+	l.waitFor(liveBase)
+	l.stop()
 }
 
 // The idle timer ticks the sweep on a quiet stream only: while a stretched
@@ -158,34 +187,18 @@ func TestASlowLiveBatchStretchesTheNextOne(t *testing.T) {
 // idle tick there visits a whole budget, and again every 50 ms while it
 // leaves work pending, on a busy writer.
 func TestNoIdleSweepTickWhileAStretchedBatchIsOpen(t *testing.T) {
-	store := openIndexAllStore(t)
 	var reads atomic.Int64 // of the clock: a flush reads it thrice, an idle tick once
-	var clock atomic.Int64
+	clock := twoHourBatches()
 	now := func() time.Time {
 		reads.Add(1)
-		return time.Unix(0, clock.Add(int64(time.Hour))) // every batch takes two hours
+		return clock()
 	}
-	events := make(chan jetstream.Event)
-	source := queuedPosts(10, shortPost)
-	commits := make(chan int, 10)
-	in := &ingester{
-		store: store, batchSize: 2, catchupSize: 8,
-		batchInterval: 20 * time.Millisecond, maxInterval: time.Hour,
-		log: slog.New(slog.DiscardHandler), sweepIdle: 30 * time.Millisecond, now: now,
-		afterCommit: func(res feeds.BatchResult) { commits <- res.Applied },
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx, events) }()
-	events <- <-source
-	select {
-	case <-commits:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the first batch did not commit")
-	}
+	l := startLiveIngester(t, openIndexAllStore(t), now, 30*time.Millisecond)
+	l.send(1)
+	l.expect(1)
 	// The next batch opens with an hour's wait, and stays open.
-	events <- <-source
-	if got := in.currentInterval(); got != time.Hour {
+	l.send(1)
+	if got := l.in.currentInterval(); got != time.Hour {
 		t.Fatalf("the wait is %s after a live batch of two hours, want an hour", got)
 	}
 	before := reads.Load()
@@ -193,54 +206,21 @@ func TestNoIdleSweepTickWhileAStretchedBatchIsOpen(t *testing.T) {
 	if n := reads.Load() - before; n != 0 {
 		t.Errorf("%d idle sweep ticks while a batch was open", n)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	l.stop()
 }
 
 // A stream quiet for sweep.idle_interval is not a busy one: the wait a
 // busy stretch left behind goes back to batch_interval, so the first post
 // after a lull is not held for it.
 func TestAQuietStreamForgetsAStretchedWait(t *testing.T) {
-	store := openIndexAllStore(t)
-	var clock atomic.Int64
-	now := func() time.Time { return time.Unix(0, clock.Add(int64(time.Hour))) } // every batch takes two hours
-	events := make(chan jetstream.Event)
-	source := queuedPosts(10, shortPost)
-	commits := make(chan int, 10)
-	const base = 20 * time.Millisecond
-	in := &ingester{
-		store: store, batchSize: 2, catchupSize: 8,
-		batchInterval: base, maxInterval: time.Hour,
-		log: slog.New(slog.DiscardHandler), sweepIdle: 200 * time.Millisecond, now: now,
-		afterCommit: func(res feeds.BatchResult) { commits <- res.Applied },
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx, events) }()
-	events <- <-source
-	select {
-	case <-commits:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the first batch did not commit")
-	}
+	l := startLiveIngester(t, openIndexAllStore(t), twoHourBatches(), 200*time.Millisecond)
+	l.send(1)
+	l.expect(1)
 	// The flush ends with the wait stretched to an hour (the idle timer
 	// is rearmed then, and runs out 200 ms later); then nothing comes.
-	waitFor := func(want time.Duration) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); in.currentInterval() != want; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the wait is %s, want %s", in.currentInterval(), want)
-			}
-		}
-	}
-	waitFor(time.Hour)
-	waitFor(base)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	l.waitFor(time.Hour)
+	l.waitFor(liveBase)
+	l.stop()
 }
 
 // Waiting for the write lock is not applying: a live batch that waited
@@ -249,21 +229,7 @@ func TestAQuietStreamForgetsAStretchedWait(t *testing.T) {
 // ten times the half second.
 func TestALockWaitDoesNotStretchTheNextBatch(t *testing.T) {
 	path := t.TempDir() + "/appview.db"
-	store := openIndexAllStoreAt(t, path)
-	events := make(chan jetstream.Event)
-	source := queuedPosts(10, shortPost)
-	commits := make(chan int, 10)
-	const base = 20 * time.Millisecond
-	in := &ingester{
-		store: store, batchSize: 2, catchupSize: 8,
-		batchInterval: base, maxInterval: time.Hour,
-		log: slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: time.Now,
-		afterCommit: func(res feeds.BatchResult) { commits <- res.Applied },
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx, events) }()
-
+	l := startLiveIngester(t, openIndexAllStoreAt(t, path), time.Now, time.Hour)
 	const held = 500 * time.Millisecond
 	release := writelock.Hold(t, path)
 	go func() {
@@ -271,23 +237,16 @@ func TestALockWaitDoesNotStretchTheNextBatch(t *testing.T) {
 		release()
 	}()
 	began := time.Now()
-	events <- <-source // its 20 ms wait runs out while the lock is held
-	select {
-	case <-commits:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the batch did not commit")
-	}
+	l.send(1) // its 20 ms wait runs out while the lock is held
+	l.expect(1)
 	if waited := time.Since(began); waited < held {
 		t.Fatalf("the batch committed after %s, before the lock was released (%s)", waited, held)
 	}
-	events <- <-source // taken once the flush, and the new wait, are done
+	l.send(1) // taken once the flush, and the new wait, are done
 	// The apply itself takes milliseconds; ten times the lock wait would
 	// be five seconds.
-	if got := in.currentInterval(); got >= held {
+	if got := l.in.currentInterval(); got >= held {
 		t.Errorf("after a batch that waited %s for the lock the wait is %s, want under %s", held, got, held)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	l.stop()
 }
