@@ -330,7 +330,7 @@ const stretchFactor = 10
 // feed rows, nearly one per page of the feed table, and its commit resets
 // every reader's page cache; in 5 s batches the same stream writes several
 // rows a page, and the caches are reset once in 5 s instead of 50 times. At
-// 1,000 events/s that took 40% off the ingest's CPU and gave getFeed a
+// 1,000 events/s that took 26–47% off the ingest's CPU and gave getFeed a
 // quarter more requests a second (docs/benchmarks.md, twenty-third round).
 // On a quiet stream a batch applies in a few milliseconds and the wait
 // stays at batch_interval. Only a live batch stretches it (live).
