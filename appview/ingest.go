@@ -188,6 +188,12 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		in.interval.Store(int64(in.waitAfter(live, in.now().Sub(started)-res.LockWait)))
 		idle.Reset(in.sweepIdle)
 		batchBytes = 0
+		// Cleared, not only cut: the slices are reused, and a catch-up
+		// batch's elements would keep its records' bytes (up to
+		// maxBatchBytes) reachable until later batches wrote over them.
+		clear(batch.Changes)
+		clear(batch.Accounts)
+		clear(batch.Identities)
 		batch.Changes = batch.Changes[:0]
 		batch.Accounts = batch.Accounts[:0]
 		batch.Identities = batch.Identities[:0]

@@ -3,6 +3,7 @@ package appview
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -249,4 +250,33 @@ func TestALockWaitDoesNotStretchTheNextBatch(t *testing.T) {
 		t.Errorf("after a batch that waited %s for the lock the wait is %s, want under %s", held, got, held)
 	}
 	l.stop()
+}
+
+// A committed batch keeps none of its records reachable: the ingester
+// reuses its batch's slice, and a catch-up batch's elements once held up
+// to maxBatchBytes of records' bytes until later batches wrote over them.
+func TestACommittedBatchKeepsNoRecordReachable(t *testing.T) {
+	l := startLiveIngester(t, openIndexAllStore(t), time.Now, time.Hour)
+	post := <-l.source
+	record := new([1 << 20]byte)
+	n := copy(record[:], shortPost)
+	post.Commit.Record = record[:n]
+	freed := make(chan struct{})
+	runtime.SetFinalizer(record, func(*[1 << 20]byte) { close(freed) })
+	record = nil
+	l.events <- post
+	l.expect(1)
+	// No event follows, so nothing writes over the batch's first element.
+	deadline := time.After(10 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-freed:
+			l.stop()
+			return
+		case <-deadline:
+			t.Fatal("the committed batch's record is still reachable")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
