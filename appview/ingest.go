@@ -70,7 +70,7 @@ func (in *ingester) tick(ctx context.Context, mutated bool, events int, rows int
 	if errors.Is(err, feeds.ErrWriteBusy) {
 		in.log.Warn("sweep tick cut short: another process holds the database's write lock",
 			"viewers_trimmed", res.Viewers)
-		return feeds.SweepResult{}, nil
+		return feeds.SweepResult{LockWait: res.LockWait}, nil
 	}
 	if err != nil {
 		return res, fmt.Errorf("sweep: %w", err)
@@ -147,8 +147,9 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		// it is tried again rather than stopping the daemon
 		// (TestIngestWaitsOutAWriteLockHeldElsewhere).
 		// The apply time that may stretch the next batch's wait counts
-		// the attempt that succeeded, less its wait for the write lock:
-		// waiting behind another writer is not a busy writer.
+		// the attempt that succeeded and the sweep tick after it, less
+		// their waits for the write lock: waiting behind another writer
+		// is not a busy writer.
 		var started time.Time
 		var res feeds.BatchResult
 		err := retryWhileBusy(stopping, busyAttemptsAtShutdown, in.log, "ingest", func() (err error) {
@@ -182,10 +183,11 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		// batches' worth 30 budgets, a live batch of 100 events a tenth of
 		// one; and no fewer than the rows it wrote ask for
 		// (feeds.Tick.Rows).
-		if _, err := in.tick(ctx, res.MutatedFeeds(), max(len(batch.Changes), 1), res.FanoutRows+res.MergedRows); err != nil {
+		swept, err := in.tick(ctx, res.MutatedFeeds(), max(len(batch.Changes), 1), res.FanoutRows+res.MergedRows)
+		if err != nil {
 			return err
 		}
-		in.interval.Store(int64(in.waitAfter(live, in.now().Sub(started)-res.LockWait)))
+		in.interval.Store(int64(in.waitAfter(live, in.now().Sub(started)-res.LockWait-swept.LockWait)))
 		idle.Reset(in.sweepIdle)
 		batchBytes = 0
 		// Cleared, not only cut: the slices are reused, and a catch-up

@@ -2,11 +2,14 @@ package appview
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
 
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/internal/writelock"
@@ -90,6 +93,9 @@ type liveIngester struct {
 	commits chan int
 	cancel  context.CancelFunc
 	done    chan error
+	// onCommit, when set, runs after each commit, before the batch's
+	// sweep tick.
+	onCommit atomic.Pointer[func()]
 }
 
 const liveBase = 20 * time.Millisecond
@@ -104,7 +110,12 @@ func startLiveIngester(t *testing.T, store *feeds.Store, now func() time.Time, s
 		store: store, batchSize: 2, catchupSize: 8,
 		batchInterval: liveBase, maxInterval: time.Hour,
 		log: slog.New(slog.DiscardHandler), sweepIdle: sweepIdle, now: now,
-		afterCommit: func(res feeds.BatchResult) { l.commits <- res.Applied },
+		afterCommit: func(res feeds.BatchResult) {
+			if f := l.onCommit.Load(); f != nil {
+				(*f)()
+			}
+			l.commits <- res.Applied
+		},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
@@ -279,4 +290,63 @@ func TestACommittedBatchKeepsNoRecordReachable(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// The sweep tick after a batch waits for the write lock like the batch
+// does, and that wait is not applying either: a tick held half a second
+// behind another process's transaction leaves the next batch's wait near
+// batch_interval.
+func TestASweepTicksLockWaitDoesNotStretchTheNextBatch(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	// A visit an event, so every batch that writes a feed row runs a
+	// slice, which begins a transaction.
+	store, err := feeds.Open(context.Background(), feeds.Options{
+		Path: path, IndexAll: true,
+		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
+		Sweep: feeds.SweepOptions{Actors: 1, BatchEvents: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	l := startLiveIngester(t, store, time.Now, time.Hour)
+	// A viewer follows the author of the posts sent next.
+	author := syntax.DID("did:plc:author00000000000000000000")
+	post := func() jetstream.Event {
+		ev := <-l.source
+		ev.DID = author
+		return ev
+	}
+	l.events <- jetstream.Event{
+		DID: "did:plc:viewer00000000000000000000", TimeUS: t0 - 1, Kind: jetstream.KindCommit,
+		Commit: &jetstream.Commit{
+			Operation: jetstream.OpCreate, Collection: followNSID, RKey: "3kfollow2222a",
+			Rev: "3kfollow2222a", CID: "bafyreibaowdggfizbfrk2ypwue7e2mw5a3mjn665rxjs6gx7pd7oxfha3y",
+			Record:  json.RawMessage(`{"$type":"app.bsky.graph.follow","subject":"` + string(author) + `","createdAt":"2024-01-01T00:00:00Z"}`),
+			Subject: author,
+		},
+	}
+	l.expect(1)
+	const held = 500 * time.Millisecond
+	hold := func() {
+		release := writelock.Hold(t, path)
+		go func() {
+			time.Sleep(held)
+			release()
+		}()
+	}
+	l.onCommit.Store(&hold)
+	began := time.Now()
+	l.events <- post()
+	l.expect(1)
+	l.onCommit.Store(nil)
+	l.events <- post() // taken once the flush, its tick and the new wait are done
+	if waited := time.Since(began); waited < held {
+		t.Fatalf("the tick was done after %s, before the lock was released (%s)", waited, held)
+	}
+	if got := l.in.currentInterval(); got >= held {
+		t.Errorf("after a tick that waited %s for the lock the wait is %s, want under %s", held, got, held)
+	}
+	l.stop()
 }

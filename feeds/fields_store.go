@@ -161,7 +161,7 @@ func (s *Store) extractBacklog(ctx context.Context, res *SweepResult) error {
 		return nil
 	}
 	b := s.fieldBacklog[0]
-	w, err := s.begin(ctx)
+	w, err := s.beginCounting(ctx, &res.LockWait)
 	if err != nil {
 		return err
 	}

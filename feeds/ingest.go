@@ -114,6 +114,15 @@ func (s *Store) begin(ctx context.Context) (*txWriter, error) {
 	return &txWriter{s: s, ctx: ctx, tx: tx, bound: map[*sql.Stmt]*sql.Stmt{}}, nil
 }
 
+// beginCounting is begin, adding its wait for the write lock (another
+// process's transaction) to *wait (SweepResult.LockWait).
+func (s *Store) beginCounting(ctx context.Context, wait *time.Duration) (*txWriter, error) {
+	began := time.Now()
+	w, err := s.begin(ctx)
+	*wait += time.Since(began)
+	return w, err
+}
+
 // commit commits and publishes what the transaction interned.
 func (w *txWriter) commit() error {
 	if err := w.applyFanout(); err != nil {

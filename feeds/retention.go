@@ -61,7 +61,7 @@ func (s *Store) retain(ctx context.Context, res *SweepResult) error {
 	// their lap.
 	recordsDue := !keepRecords && (sw.retainMore || nowUS >= sw.retainNextUS)
 	fullLap := recordsDue && !sw.retainMore && nowUS >= sw.state.retainFullDueUS
-	w, err := s.begin(ctx)
+	w, err := s.beginCounting(ctx, &res.LockWait)
 	if err != nil {
 		return err
 	}

@@ -234,6 +234,11 @@ type SweepResult struct {
 	// FieldRecords is how many stored records a field backlog slice
 	// extracted values from (fields_store.go).
 	FieldRecords int64
+	// LockWait is how long the tick waited for the write lock: behind the
+	// daemon's other writes (a first read, notify) or another process's
+	// transaction. Like BatchResult.LockWait, the ingester leaves it out
+	// of the apply time that stretches the next batch.
+	LockWait time.Duration
 }
 
 // sweeper is the Store's sweep state, guarded by Store.writeMu.
@@ -270,10 +275,13 @@ func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
 	if t.Now.IsZero() {
 		t.Now = time.Now()
 	}
+	locking := time.Now()
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
+	var res SweepResult
+	res.LockWait = time.Since(locking)
 	if err := s.sweepInit(ctx); err != nil {
-		return SweepResult{}, err
+		return res, err
 	}
 	// An idle stream begins no transaction, so another process's commit
 	// is noticed here (other_writers.go); a mutated tick's batch began one
@@ -292,7 +300,6 @@ func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
 		sw.grownPending = pending == 1
 	}
 	sw.othersCommitted = false
-	var res SweepResult
 	now := t.Now.UnixMicro()
 	// A mutated tick's slice visits its batch's share; one owed less than
 	// a visit runs none (the grown queue and a due pass wait for a tick

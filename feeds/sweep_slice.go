@@ -15,7 +15,7 @@ import (
 func (s *Store) runSlice(ctx context.Context, reason SweepReason, now int64, visits int, res *SweepResult) error {
 	start := time.Now()
 	sw := &s.sweep
-	w, err := s.begin(ctx)
+	w, err := s.beginCounting(ctx, &res.LockWait)
 	if err != nil {
 		return err
 	}
