@@ -249,9 +249,18 @@ func (o Options) PageCacheMB() int {
 // walAutocheckpointPages is how large the WAL grows (in 4 KiB pages) before
 // a commit folds it back into the database. SQLite's default of 1,000 (4
 // MB) is less than one catch-up batch writes, so every commit paid for a
-// checkpoint; at 16,384 (64 MiB) a feed page rewritten by several batches
-// in a row is copied to the database file once.
-const walAutocheckpointPages = 16384
+// checkpoint. So was 16,384 (64 MiB) once catch-up batches grew to 30,000
+// events: each rewrites most of the feed table (some 15,000 pages at
+// 10,000 viewers), and nearly every commit checkpointed what it had just
+// written. At 65,536 (256 MiB) a feed page rewritten by the four or so
+// batches between checkpoints is copied to the database file once: 7–16%
+// more events a second through a 1M catch-up, with no more RSS (the WAL
+// is a file; its index in shared memory is 512 KiB at this size) and
+// getFeed's rate unchanged beside a live stream (docs/benchmarks.md,
+// twenty-fourth round). The cost is disk: the WAL file stays at up to
+// this size between checkpoints, and up to twice it after a RESTART
+// (wal.go, journal_size_limit).
+const walAutocheckpointPages = 65536
 
 // maxCachedActors bounds the writer's DID cache; past it the cache starts
 // over rather than growing with the network.
