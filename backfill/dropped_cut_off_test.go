@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -45,5 +47,58 @@ func TestRecordsDroppedByAListingCutOffAreCounted(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(w.svc.metrics.droppedRecs.WithLabelValues("follows")); got != 1 {
 		t.Errorf("appview_backfill_records_dropped_total{kind=follows} = %v after a run cut off past the record, want 1", got)
+	}
+}
+
+// A page whose write failed is fetched again by the next run, and its
+// dropped records are counted then: counted at the fetch, as they were,
+// they were counted once for every attempt.
+func TestRecordsDroppedFromAPageThatWasNotStoredAreCountedOnce(t *testing.T) {
+	w := newWorld(t, Config{})
+	w.svc.metrics = NewMetrics(prometheus.NewRegistry())
+	viewer := w.account("viewer")
+	for i := range 5 {
+		w.follow(viewer, did(fmt.Sprint("acct", i)), 10+i)
+	}
+	w.pds.AddRecord(viewer, followNSID, tid(1000), `{"$type":"app.bsky.graph.follow","subject":"alice.test","createdAt":"2026-01-01T00:00:00Z"}`)
+	if _, err := w.store.RegisterViewer(context.Background(), viewer, "following", w.clock); err != nil {
+		t.Fatal(err)
+	}
+	dropped := func() float64 {
+		return testutil.ToFloat64(w.svc.metrics.droppedRecs.WithLabelValues("follows"))
+	}
+	// The first run's context ends once the page has come back, before
+	// it is written: the first clock reading after the PDS was asked.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var asked atomic.Bool
+	w.gate.Store(func(r *http.Request) {
+		if r.URL.Query().Get("repo") == string(viewer) {
+			asked.Store(true)
+		}
+	})
+	w.onNow.Store(func(time.Time) {
+		if asked.Load() {
+			cancel()
+		}
+	})
+	if err := w.svc.ensureListing(ctx, viewer, followNSID, 10_000, "follows"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("listing returned %v, want it cut off by its context", err)
+	}
+	if st, _ := w.store.ReadListing(context.Background(), viewer, followNSID); st.Page != 0 {
+		t.Fatalf("setup: listing stands at page %d, want the page not written", st.Page)
+	}
+	if got := dropped(); got != 0 {
+		t.Errorf("appview_backfill_records_dropped_total{kind=follows} = %v after the page was not written, want 0", got)
+	}
+	w.onNow.Store(func(time.Time) {})
+	if err := w.svc.ensureListing(context.Background(), viewer, followNSID, 10_000, "follows"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := w.store.ReadListing(context.Background(), viewer, followNSID); !st.Complete {
+		t.Fatalf("setup: the second run left the listing incomplete: %+v", st)
+	}
+	if got := dropped(); got != 1 {
+		t.Errorf("appview_backfill_records_dropped_total{kind=follows} = %v after the page was fetched twice and written once, want 1", got)
 	}
 }

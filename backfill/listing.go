@@ -50,10 +50,12 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 		}
 	}
 	if run.Skipped > 0 {
-		// Hostile or broken records: counted, and one line a run, also
-		// when the run was cut off after them: the next run resumes past
-		// the pages it committed and never sees them again
-		// (TestRecordsDroppedByAListingCutOffAreCounted).
+		// Hostile or broken records of the pages stored: counted, and
+		// one line a run, also when the run was cut off after them: the
+		// next run resumes past the pages it committed and never sees
+		// them again (TestRecordsDroppedByAListingCutOffAreCounted). A
+		// page not stored is fetched again, and counted then
+		// (TestRecordsDroppedFromAPageThatWasNotStoredAreCountedOnce).
 		s.metrics.droppedRecords(kind, run.Skipped)
 		s.log.Info("dropped malformed listed records", "account", account, "collection", coll, "dropped", run.Skipped)
 	}
@@ -122,15 +124,17 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 			return s.fail(ctx, account, coll, st, err, pds.KindOf(err) == pds.KindRepoGone)
 		}
 		records := make([]feeds.ListedRecord, 0, len(page.Records))
+		// dropped counts once the page is stored: a page not written is
+		// fetched again, and its records dropped again, by the next run.
+		dropped := page.Skipped
 		for _, r := range page.Records {
 			lr, ok := s.parseRecord(coll, r)
 			if !ok {
-				run.Skipped++
+				dropped++
 				continue
 			}
 			records = append(records, lr)
 		}
-		run.Skipped += page.Skipped
 		// The account answered a page: whatever made its listing gone
 		// once (a deactivated repo) has passed, and a gone listing is
 		// skipped by DueListings and wantListing, so a run cut off after
@@ -178,6 +182,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		run.Pages++
 		if !res.Stale && !res.NotViewer && !res.NotFollowed && !res.AccountDeleted {
 			countStoredPage(ctx) // the page moved the listing's cursor
+			run.Skipped += dropped
 		}
 		run.Written += res.Written
 		s.metrics.reconciled(res.Removed, res.Restored, res.Edited)
