@@ -200,6 +200,7 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		batch.Accounts = batch.Accounts[:0]
 		batch.Identities = batch.Identities[:0]
 		batch.Cursor = feeds.StreamCursor{}
+		batch.Backlog = false
 		pending = false
 		return nil
 	}
@@ -253,6 +254,13 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 			return stop()
 		case ev := <-events:
 			add(&ev)
+			// A batch opened on a queue holding a batch_size or more is
+			// a backlog's: its commit may leave the WAL unchecked longer
+			// (feeds.Batch.Backlog). Live, the queue holds what arrived
+			// while the last batch was applied, far less.
+			if len(events) >= in.batchSize {
+				batch.Backlog = true
+			}
 			if in.full(len(batch.Changes), len(events), batchBytes) {
 				if err := flush(writeCtx, false); err != nil {
 					return err

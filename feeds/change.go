@@ -94,6 +94,12 @@ type Batch struct {
 	// Cursor covers every change in the batch and any dropped frames that
 	// came with them. A zero Cursor leaves the stored cursor unchanged.
 	Cursor StreamCursor
+	// Backlog says the batch is one of a backlog being caught up (the
+	// ingester's queue held a batch_size or more as it was taken): the
+	// WAL may grow to walBacklogFactor times its live threshold before a
+	// commit checkpoints it. Other writes keep the threshold the last
+	// batch set.
+	Backlog bool
 }
 
 // BatchResult counts what a batch did.

@@ -22,6 +22,9 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 	start := time.Now()
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
+	if err := s.setWALMode(ctx, b.Backlog); err != nil {
+		return BatchResult{}, err
+	}
 	w, err := s.begin(ctx)
 	if err != nil {
 		return BatchResult{}, err

@@ -111,8 +111,13 @@ type Store struct {
 	// syncRunsKept bounds sync_runs (SyncRunsKept; tests lower it).
 	syncRunsKept int
 	path         string // of the database file; its WAL is path + "-wal"
-	// walPages is the writer's wal_autocheckpoint (wal.go).
-	walPages int
+	// walPages is the writer's wal_autocheckpoint on a live stream
+	// (wal.go); walBacklog says the writer connection walConn (its count
+	// in writerOpened) has it at walBacklogFactor times that, for a
+	// backlog's batches (setWALMode; writer state, under writeMu).
+	walPages   int
+	walBacklog bool
+	walConn    int64
 	// walRetryFrames is the WAL length, in frames, below which a RESTART
 	// that could not complete is not tried again (boundWAL; writer state,
 	// under writeMu).
@@ -247,20 +252,29 @@ func (o Options) PageCacheMB() int {
 }
 
 // walAutocheckpointPages is how large the WAL grows (in 4 KiB pages) before
-// a commit folds it back into the database. SQLite's default of 1,000 (4
-// MB) is less than one catch-up batch writes, so every commit paid for a
-// checkpoint. So was 16,384 (64 MiB) once catch-up batches grew to 30,000
-// events: each rewrites most of the feed table (some 15,000 pages at
-// 10,000 viewers), and nearly every commit checkpointed what it had just
-// written. At 65,536 (256 MiB) a feed page rewritten by the four or so
-// batches between checkpoints is copied to the database file once: 7–16%
-// more events a second through a 1M catch-up, with no more RSS (the WAL
-// is a file; its index in shared memory is 512 KiB at this size) and
-// getFeed's rate unchanged beside a live stream (docs/benchmarks.md,
-// twenty-fourth round). The cost is disk: the WAL file stays at up to
-// this size between checkpoints, and up to twice it after a RESTART
-// (wal.go, journal_size_limit).
-const walAutocheckpointPages = 65536
+// a commit folds it back into the database, on a live stream. SQLite's
+// default of 1,000 (4 MB) is less than one catch-up batch writes, so every
+// commit paid for a checkpoint; at 16,384 (64 MiB) a feed page rewritten by
+// several live batches in a row is copied to the database file once.
+// A backlog's batches let it grow further (walBacklogFactor).
+const walAutocheckpointPages = 16384
+
+// walBacklogFactor is how many times walAutocheckpointPages (256 MiB) the
+// WAL grows to while a backlog is applied (Batch.Backlog). A catch-up
+// batch of 30,000 events rewrites most of the feed table (some 15,000
+// pages at 10,000 viewers), so at the live threshold nearly every such
+// commit checkpointed what it had just written; at four times it, a page
+// rewritten by the four or so batches between checkpoints is copied once.
+// That took the checkpoints from 8.3 to 4.3 µs of the writer's time an
+// event and made a 1M catch-up 7–16% faster, with no more RSS (the WAL is
+// a file; its index in shared memory is 512 KiB at this size). A live
+// stream keeps the live threshold: readers look a page up in every block
+// of the WAL's index not yet checkpointed, and getFeed read 13% slower
+// after a catch-up that left the WAL large in two of three pairs (2%
+// faster in the third; docs/benchmarks.md, twenty-fourth round). The
+// first live batch after a backlog checkpoints it, and the file is cut
+// back to the live bound (journal_size_limit) when the WAL next rewinds.
+const walBacklogFactor = 4
 
 // maxCachedActors bounds the writer's DID cache; past it the cache starts
 // over rather than growing with the network.
@@ -289,7 +303,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	// a burst the file shrinks back to the RESTART threshold (wal.go).
 	writerDSN := dsn(opts.Path, false) +
 		fmt.Sprintf("&_pragma=cache_size(%d)&_pragma=wal_autocheckpoint(%d)&_pragma=journal_size_limit(%d)",
-			-opts.CacheMB*1024, opts.WALPages, walRestartFactor*opts.WALPages*4096)
+			-opts.CacheMB*1024, opts.WALPages, walSizeLimit(opts.WALPages))
 	if opts.Sweep.IncrementalVacuum {
 		// Takes effect only on a new file, before the first table.
 		writerDSN += "&_pragma=auto_vacuum(incremental)"

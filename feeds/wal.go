@@ -48,7 +48,7 @@ const restartBusyMS = 250
 // generation's salts too and are counted, until overwritten: at worst one
 // RESTART early.
 func (s *Store) boundWAL(ctx context.Context) {
-	threshold := int64(walRestartFactor * s.walPages)
+	threshold := int64(walRestartFactor * s.walThreshold())
 	frames := max(threshold, s.walRetryFrames)
 	full, gen, err := walHolds(s.path+"-wal", frames)
 	if err != nil || !full || gen == s.walEmptied {
@@ -129,3 +129,43 @@ const (
 	walHeaderSize      = 32
 	walFrameHeaderSize = 24
 )
+
+// walThreshold is the writer's wal_autocheckpoint now, in pages.
+func (s *Store) walThreshold() int {
+	if s.walBacklog {
+		return walBacklogFactor * s.walPages
+	}
+	return s.walPages
+}
+
+// walSizeLimit is the journal_size_limit that goes with a threshold of
+// pages: a WAL file that rewinds is cut back to the RESTART bound.
+func walSizeLimit(pages int) int64 {
+	return int64(walRestartFactor) * int64(pages) * 4096
+}
+
+// setWALMode sets the writer's checkpoint threshold for a backlog's batch
+// or a live one (walBacklogFactor), when it changes. The caller holds
+// writeMu and no transaction is open.
+func (s *Store) setWALMode(ctx context.Context, backlog bool) error {
+	if n := s.writerOpened.Load(); n != s.walConn {
+		// A new writer connection (database/sql replaces one a cancelled
+		// statement broke) opened with the live threshold of its DSN.
+		s.walBacklog, s.walConn = false, n
+	}
+	if backlog == s.walBacklog {
+		return nil
+	}
+	pages := s.walPages
+	if backlog {
+		pages *= walBacklogFactor
+	}
+	if _, err := s.writer.ExecContext(ctx, fmt.Sprintf("PRAGMA wal_autocheckpoint = %d", pages)); err != nil {
+		return fmt.Errorf("set wal_autocheckpoint: %w", err)
+	}
+	if _, err := s.writer.ExecContext(ctx, fmt.Sprintf("PRAGMA journal_size_limit = %d", walSizeLimit(pages))); err != nil {
+		return fmt.Errorf("set journal_size_limit: %w", err)
+	}
+	s.walBacklog = backlog
+	return nil
+}

@@ -1,0 +1,81 @@
+package appview
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/jetstream"
+)
+
+// A catch-up's batches, taken from a queue holding a batch_size or more,
+// are committed as a backlog's (feeds.Batch.Backlog), the one cut where
+// the queue runs dry too: their commits leave the WAL unchecked past the
+// live threshold. The first live batch after them checkpoints.
+func TestACatchUpsBatchesAreCommittedAsABacklogs(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	store, err := feeds.Open(context.Background(), feeds.Options{
+		Path: path, IndexAll: true, WALPages: 64,
+		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
+			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	dbSize := func() int64 {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	// Posts of about a page each: a batch of 80 writes more pages than
+	// the live threshold (64), fewer than the backlog's (256).
+	record := json.RawMessage(`{"$type":"app.bsky.feed.post","text":"` + strings.Repeat("x", 3500) + `"}`)
+	// Two batches of 80 queued, the second cut where the queue runs dry;
+	// then one event more, once they are committed.
+	const backlog = 161
+	source := queuedPosts(backlog, record)
+	events := make(chan jetstream.Event, backlog)
+	for range backlog - 1 {
+		events <- <-source
+	}
+	before := dbSize()
+	var sizes []int64
+	applied := 0
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &ingester{
+		store: store, batchSize: 10, catchupSize: 80, batchInterval: 20 * time.Millisecond, maxInterval: 0,
+		log: slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: time.Now,
+		afterCommit: func(res feeds.BatchResult) {
+			sizes = append(sizes, dbSize())
+			if applied += res.Applied; applied == backlog-1 {
+				events <- <-source
+			}
+			if applied == backlog {
+				cancel()
+			}
+		},
+	}
+	if err := in.Run(ctx, events); err != nil {
+		t.Fatal(err)
+	}
+	if len(sizes) != 3 {
+		t.Fatalf("%d batches, want two of 80 and one of 1", len(sizes))
+	}
+	for i, size := range sizes[:2] {
+		if size != before {
+			t.Errorf("catch-up batch %d was checkpointed: the database file went from %d to %d bytes", i+1, before, size)
+		}
+	}
+	if sizes[2] <= before {
+		t.Errorf("the live batch after the catch-up did not checkpoint: the database file stayed at %d bytes", sizes[2])
+	}
+}
