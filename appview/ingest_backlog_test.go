@@ -51,8 +51,9 @@ func TestACatchUpsBatchesAreCommittedAsABacklogs(t *testing.T) {
 	var sizes []int64
 	applied := 0
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	in := &ingester{
-		store: store, batchSize: 10, catchupSize: 80, batchInterval: 20 * time.Millisecond, maxInterval: 0,
+		store: store, batchSize: 10, catchupSize: 80, batchInterval: 200 * time.Millisecond,
 		log: slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: time.Now,
 		afterCommit: func(res feeds.BatchResult) {
 			sizes = append(sizes, dbSize())

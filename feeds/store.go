@@ -259,8 +259,8 @@ func (o Options) PageCacheMB() int {
 // A backlog's batches let it grow further (walBacklogFactor).
 const walAutocheckpointPages = 16384
 
-// walBacklogFactor is how many times walAutocheckpointPages (256 MiB) the
-// WAL grows to while a backlog is applied (Batch.Backlog). A catch-up
+// walBacklogFactor is how far past walAutocheckpointPages the WAL grows
+// while a backlog is applied (Batch.Backlog): four times, 256 MiB. A catch-up
 // batch of 30,000 events rewrites most of the feed table (some 15,000
 // pages at 10,000 viewers), so at the live threshold nearly every such
 // commit checkpointed what it had just written; at four times it, a page
