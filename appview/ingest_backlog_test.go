@@ -19,15 +19,7 @@ import (
 // live threshold. The first live batch after them checkpoints.
 func TestACatchUpsBatchesAreCommittedAsABacklogs(t *testing.T) {
 	path := t.TempDir() + "/appview.db"
-	store, err := feeds.Open(context.Background(), feeds.Options{
-		Path: path, IndexAll: true, WALPages: 64,
-		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := openIndexAllStoreWith(t, path, func(o *feeds.Options) { o.WALPages = 64 })
 	dbSize := func() int64 {
 		t.Helper()
 		fi, err := os.Stat(path)

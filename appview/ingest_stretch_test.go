@@ -300,16 +300,9 @@ func TestASweepTicksLockWaitDoesNotStretchTheNextBatch(t *testing.T) {
 	path := t.TempDir() + "/appview.db"
 	// A visit an event, so every batch that writes a feed row runs a
 	// slice, which begins a transaction.
-	store, err := feeds.Open(context.Background(), feeds.Options{
-		Path: path, IndexAll: true,
-		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
-			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
-		Sweep: feeds.SweepOptions{Actors: 1, BatchEvents: 1},
+	store := openIndexAllStoreWith(t, path, func(o *feeds.Options) {
+		o.Sweep = feeds.SweepOptions{Actors: 1, BatchEvents: 1}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
 	l := startLiveIngester(t, store, time.Now, time.Hour)
 	// A viewer follows the author of the posts sent next.
 	author := syntax.DID("did:plc:author00000000000000000000")

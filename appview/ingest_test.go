@@ -235,11 +235,20 @@ func openIndexAllStore(t *testing.T) *feeds.Store {
 // openIndexAllStoreAt is openIndexAllStore at path.
 func openIndexAllStoreAt(t *testing.T, path string) *feeds.Store {
 	t.Helper()
-	store, err := feeds.Open(context.Background(), feeds.Options{
+	return openIndexAllStoreWith(t, path, func(*feeds.Options) {})
+}
+
+// openIndexAllStoreWith is openIndexAllStoreAt with options of the test's
+// own (sweep pace, WAL threshold) set by tweak.
+func openIndexAllStoreWith(t *testing.T, path string, tweak func(*feeds.Options)) *feeds.Store {
+	t.Helper()
+	opts := feeds.Options{
 		Path: path, IndexAll: true,
 		Feeds: []feeds.Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 100,
 			Targets: []feeds.Target{{Collection: postNSID, Cap: 200}}}},
-	})
+	}
+	tweak(&opts)
+	store, err := feeds.Open(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

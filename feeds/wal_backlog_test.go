@@ -40,14 +40,15 @@ func TestABacklogLetsTheWALGrowPastItsLiveThreshold(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dbSize := func() int64 {
+	fileSize := func(name string) int64 {
 		t.Helper()
-		fi, err := os.Stat(path)
+		fi, err := os.Stat(name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return fi.Size()
 	}
+	dbSize := func() int64 { return fileSize(path) }
 	// Two batches of 80 pages or so: past the live RESTART bound (128
 	// frames) together, under the backlog's checkpoint (256).
 	before := dbSize()
@@ -67,5 +68,15 @@ func TestABacklogLetsTheWALGrowPastItsLiveThreshold(t *testing.T) {
 	applyAs(false, posts(1))
 	if after := dbSize(); after <= before {
 		t.Errorf("the first live batch after a backlog did not checkpoint it: the database file stayed at %d bytes", after)
+	}
+	// The WAL file the backlog grew past the live size limit is cut back
+	// to it when the WAL next rewinds, at the next live write.
+	walSize := func() int64 { return fileSize(path + "-wal") }
+	if size := walSize(); size <= walSizeLimit(walPages) {
+		t.Fatalf("setup: the backlog left a WAL file of %d bytes, want past the live limit %d", size, walSizeLimit(walPages))
+	}
+	applyAs(false, posts(1))
+	if size := walSize(); size > walSizeLimit(walPages) {
+		t.Errorf("after a live batch the WAL file is %d bytes, want cut back to %d", size, walSizeLimit(walPages))
 	}
 }
