@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 )
 
 // Fan-out is deferred to the end of each write transaction and done for
@@ -37,7 +38,7 @@ import (
 // fanoutSQL: pending_fanout is a TEMP table (memory, this connection only),
 // so queueing costs no page of the database file.
 var fanoutSQL = struct {
-	createPending, queue, apply, grown, clear string
+	createPending, queue, apply, rowBounds, grown, clear string
 }{
 	createPending: `CREATE TEMP TABLE IF NOT EXISTS pending_fanout (
 		record_id     INTEGER PRIMARY KEY,
@@ -58,7 +59,8 @@ var fanoutSQL = struct {
 	// counts as a recipient is decided here and nowhere else (see
 	// audience.go). Duplicate follow records of one subject collapse on the
 	// primary key. CROSS JOIN fixes the loop order: the temp table has no
-	// statistics, and the planner would otherwise scan follows.
+	// statistics, and the planner would otherwise scan follows. It covers
+	// the pending records with ids ?1 to ?2 (fanout_chunks.go).
 	apply: `INSERT OR IGNORE INTO feed_items (viewer_id, target_id, sort_us, record_id)
 		SELECT f.actor_id, t.id, p.sort_us, p.record_id
 		FROM temp.pending_fanout p
@@ -67,7 +69,16 @@ var fanoutSQL = struct {
 		CROSS JOIN actors a ON a.id = p.author_id AND a.active = 1
 		CROSS JOIN feed_targets t ON t.collection_id = p.collection_id AND t.enabled = 1
 		CROSS JOIN follows f ON f.subject_id = p.author_id AND f.collection_id = t.follow_collection_id
-		WHERE f.actor_id <> p.author_id`, // + audienceFilter(…) + fanoutOrder
+		WHERE p.record_id BETWEEN ?1 AND ?2 AND f.actor_id <> p.author_id`, // + audienceFilter(…) + fanoutOrder
+	// rowBounds gives each pending record, in id order, a bound on the feed
+	// rows it fans out to: its author's follow records of every lane's
+	// follow collection. Stray follows (index_all mode stores everyone's)
+	// only make the bound looser (fanout_chunks.go).
+	rowBounds: `SELECT p.record_id, (SELECT count(*) FROM follows f
+			WHERE f.subject_id = p.author_id AND f.collection_id = t.follow_collection_id)
+		FROM temp.pending_fanout p
+		CROSS JOIN feed_targets t ON t.collection_id = p.collection_id AND t.enabled = 1
+		ORDER BY p.record_id`,
 	// grown lists the (author, follow collection) pairs the fan-out reached
 	// someone through, for the sweep's grown queue.
 	grown: `SELECT DISTINCT p.author_id, t.follow_collection_id
@@ -81,7 +92,7 @@ var fanoutSQL = struct {
 const fanoutOrder = ` ORDER BY 1, 2, 3, 4`
 
 type fanoutStatements struct {
-	queue, apply, applyOne, grown, clear *sql.Stmt
+	queue, apply, applyOne, rowBounds, grown, clear *sql.Stmt
 }
 
 // prepareFanout prepares the statements on the pending table. db must be
@@ -99,6 +110,7 @@ func prepareFanout(ctx context.Context, db *sql.DB, audienceImplied bool) (*fano
 		// One record's rows already come in follower order from
 		// follows_by_subject: sorting them again only costs.
 		{&st.applyOne, fanoutSQL.apply + audienceFilter(audienceImplied)},
+		{&st.rowBounds, fanoutSQL.rowBounds},
 		{&st.grown, fanoutSQL.grown},
 		{&st.clear, fanoutSQL.clear},
 	} {
@@ -166,14 +178,16 @@ func (w *txWriter) applyFanout() error {
 	if w.pendingFanout == 0 {
 		return nil
 	}
-	st := w.s.stmts.fan
-	apply := st.apply
-	if w.pendingFanout == 1 {
-		apply = st.applyOne
+	chunks := []fanoutChunk{{first: math.MinInt64, last: math.MaxInt64, records: w.pendingFanout}}
+	if w.pendingFanout > 1 {
+		var err error
+		if chunks, err = w.planFanout(); err != nil {
+			return err
+		}
 	}
-	n, err := w.exec(apply)
+	n, err := w.fanoutChunks(chunks)
 	if err != nil {
-		return fmt.Errorf("fan out: %w", err)
+		return err
 	}
 	w.res.FanoutRows += n
 	if n > 0 {
@@ -181,10 +195,28 @@ func (w *txWriter) applyFanout() error {
 			return err
 		}
 	}
-	if _, err := w.exec(st.clear); err != nil {
+	if _, err := w.exec(w.s.stmts.fan.clear); err != nil {
 		return fmt.Errorf("clear pending fan-out: %w", err)
 	}
 	w.pendingFanout = 0
 	clear(w.pendingAuthors)
 	return nil
+}
+
+// fanoutChunks writes the feed rows of the pending records chunk by chunk
+// and returns how many it wrote.
+func (w *txWriter) fanoutChunks(chunks []fanoutChunk) (int64, error) {
+	var n int64
+	for _, c := range chunks {
+		apply := w.s.stmts.fan.apply
+		if c.records == 1 {
+			apply = w.s.stmts.fan.applyOne
+		}
+		rows, err := w.exec(apply, c.first, c.last)
+		if err != nil {
+			return n, fmt.Errorf("fan out: %w", err)
+		}
+		n += rows
+	}
+	return n, nil
 }

@@ -3,6 +3,10 @@ package feeds
 import (
 	"context"
 	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -88,4 +92,80 @@ func seedFollowers(tb testing.TB, s *Store, n int) int64 {
 		tb.Fatal(err)
 	}
 	return author
+}
+
+// BenchmarkFanoutSortMemory measures what the fan-out's in-memory sort
+// costs at its peak: one batch holding two posts by an author with a
+// million viewer-followers, with the row bound (fanout_chunks.go) and
+// without it. It reports the growth of the process's peak RSS over the
+// batch (Linux: VmHWM, reset through /proc/self/clear_refs) and rows/s.
+//
+//	go test ./feeds -run '^$' -bench FanoutSortMemory -benchtime 2x
+func BenchmarkFanoutSortMemory(b *testing.B) {
+	if _, err := peakRSS(true); err != nil {
+		b.Skipf("peak RSS cannot be read or reset here: %v", err)
+	}
+	const n = 1_000_000
+	s := MustOpen(b, defaultFeeds)
+	seedFollowers(b, s, n)
+	i := 0
+	for _, bound := range []int64{maxSortedFanoutRows, math.MaxInt64} {
+		name := "bound=default"
+		if bound == math.MaxInt64 {
+			name = "bound=none"
+		}
+		b.Run(name, func(b *testing.B) {
+			s.fanoutRowBound = bound
+			var grew, rows int64
+			var took time.Duration
+			for b.Loop() {
+				before, err := peakRSS(true)
+				if err != nil {
+					b.Fatal(err)
+				}
+				i += 2
+				start := time.Now()
+				res, err := s.ApplyBatch(context.Background(), &Batch{Changes: []Change{
+					post("author", fmt.Sprintf("m%d", i), int64(5_000_000+i)),
+					post("author", fmt.Sprintf("m%d", i+1), int64(5_000_000+i+1)),
+				}})
+				took += time.Since(start)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res.FanoutRows != 2*n {
+					b.Fatalf("fan-out wrote %d rows, want %d", res.FanoutRows, 2*n)
+				}
+				after, err := peakRSS(false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				grew = max(grew, after-before)
+				rows += res.FanoutRows
+			}
+			b.ReportMetric(float64(grew)/(1<<20), "peak-MiB")
+			b.ReportMetric(float64(rows)/took.Seconds(), "rows/s")
+		})
+	}
+}
+
+// peakRSS reads the process's peak resident set (VmHWM) in bytes, first
+// resetting it to the current RSS when reset is set.
+func peakRSS(reset bool) (int64, error) {
+	if reset {
+		if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+			return 0, err
+		}
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/self/status")
 }

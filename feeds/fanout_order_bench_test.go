@@ -3,6 +3,7 @@ package feeds
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -13,19 +14,23 @@ import (
 // batch fanned out by the sorted statement and by the same statement
 // without ORDER BY (the order posts arrived in), into a feed table at cap.
 // 10k viewers each follow 20 of 10k authors and hold 200 items; a batch
-// is 5,000 posts by random authors, about 100k feed rows. Each iteration
-// rolls back, so every one starts from the same table.
+// is 5,000 posts by random authors, about 100k feed rows, or 25,000, about
+// 500k, as a catch-up batch of 30,000 events at 10k viewers writes. The
+// sorted statement runs over the whole batch, and chunked by bounds on the
+// rows one statement sorts (fanout_chunks.go; the time includes the
+// bounds' query). Each iteration rolls back, so every one starts from the
+// same table.
 //
 //	go test ./feeds -run '^$' -bench FanoutOrder -benchtime 5x
 func BenchmarkFanoutOrder(b *testing.B) {
-	const viewers, authors, follows, perViewer, posts = 10_000, 10_000, 20, 200, 5_000
+	const viewers, authors, follows, perViewer = 10_000, 10_000, 20, 200
 	ctx := context.Background()
 	s := mustOpenWith(b, Options{Path: b.TempDir() + "/appview.db", Feeds: defaultFeeds, IndexAll: true})
 	w, err := s.begin(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
-	followColl, laneID, postColl := s.followColls[followNSID], s.lanes[0].id, s.targetColls[postNSID]
+	followColl, laneID := s.followColls[followNSID], s.lanes[0].id
 	seed := []string{
 		// Actors 1…viewers are viewers, viewers+1… authors.
 		`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1 + ?2)
@@ -47,42 +52,63 @@ func BenchmarkFanoutOrder(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	for _, sorted := range []bool{false, true} {
-		b.Run(fmt.Sprintf("sorted=%v", sorted), func(b *testing.B) {
-			var rows int64
-			var took time.Duration
-			rnd := rand.New(rand.NewPCG(1, 2))
-			for b.Loop() {
-				w, err := s.begin(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for i := range posts {
-					author := int64(viewers + 1 + rnd.IntN(authors))
-					sortUS := int64(1e15) + int64(i)
-					var id int64
-					if err := w.tx.QueryRowContext(ctx, `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
-						VALUES (?, ?, ?, 'c', 'r', ?, ?, ?, '{}') RETURNING id`, author, postColl, fmt.Sprint("p", i), sortUS, sortUS, sortUS).Scan(&id); err != nil {
-						b.Fatal(err)
-					}
-					if err := w.queueFanout(author, postColl, sortUS, id); err != nil {
-						b.Fatal(err)
-					}
-				}
-				apply := s.stmts.fan.applyOne // the statement without ORDER BY
-				if sorted {
-					apply = s.stmts.fan.apply
-				}
-				start := time.Now()
-				n, err := w.exec(apply)
-				took += time.Since(start)
-				if err != nil {
-					b.Fatal(err)
-				}
-				rows += n
-				w.tx.Rollback()
-			}
-			b.ReportMetric(float64(rows)/took.Seconds(), "rows/s")
-		})
+	type order struct {
+		name  string
+		bound int64 // 0: not chunked
 	}
+	for _, posts := range []int{5_000, 25_000} {
+		for _, o := range []order{{"arrival", 0}, {"sorted", 0}, {"chunked=262144", 1 << 18}, {"chunked=65536", 1 << 16}, {"chunked=16384", 1 << 14}, {"chunked=4096", 1 << 12}} {
+			b.Run(fmt.Sprintf("posts=%d/%s", posts, o.name), func(b *testing.B) {
+				fanoutOrderRun(b, s, posts, o.name == "sorted", o.bound)
+			})
+		}
+	}
+}
+
+func fanoutOrderRun(b *testing.B, s *Store, posts int, sorted bool, bound int64) {
+	const viewers, authors = 10_000, 10_000
+	ctx := context.Background()
+	postColl := s.targetColls[postNSID]
+	var rows int64
+	var took time.Duration
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for b.Loop() {
+		w, err := s.begin(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range posts {
+			author := int64(viewers + 1 + rnd.IntN(authors))
+			sortUS := int64(1e15) + int64(i)
+			var id int64
+			if err := w.tx.QueryRowContext(ctx, `INSERT INTO records (actor_id, collection_id, rkey, cid, rev, sort_us, indexed_us, created_us, body)
+						VALUES (?, ?, ?, 'c', 'r', ?, ?, ?, '{}') RETURNING id`, author, postColl, fmt.Sprint("p", i), sortUS, sortUS, sortUS).Scan(&id); err != nil {
+				b.Fatal(err)
+			}
+			if err := w.queueFanout(author, postColl, sortUS, id); err != nil {
+				b.Fatal(err)
+			}
+		}
+		// The statement without ORDER BY, in arrival order, unless
+		// sorted or chunked.
+		chunks := []fanoutChunk{{first: math.MinInt64, last: math.MaxInt64, records: 1}}
+		if sorted {
+			chunks[0].records = posts
+		}
+		start := time.Now()
+		if bound > 0 {
+			s.fanoutRowBound = bound
+			if chunks, err = w.planFanout(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		n, err := w.fanoutChunks(chunks)
+		took += time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rows += n
+		w.tx.Rollback()
+	}
+	b.ReportMetric(float64(rows)/took.Seconds(), "rows/s")
 }

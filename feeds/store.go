@@ -135,7 +135,10 @@ type Store struct {
 	lanesByFollow map[int64][]*lane     // follow collection id → lanes it feeds
 	fieldsByColl  map[int64][]fieldDef  // target collection id → fields extracted at ingest
 
-	indexAll bool
+	// fanoutRowBound bounds the rows one fan-out statement sorts
+	// (fanout_chunks.go); tests lower it.
+	fanoutRowBound int64
+	indexAll       bool
 	// lanesAtOpen is, in a store opened with Options.Existing, the lane
 	// definitions it loaded (laneRowsSQL); "" otherwise (checkLanes).
 	lanesAtOpen string
@@ -316,28 +319,29 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	writer.SetConnMaxLifetime(0)
 	writer.SetConnMaxIdleTime(0)
 	s := &Store{
-		path:          opts.Path,
-		walPages:      opts.WALPages,
-		writer:        writer,
-		writerOpened:  writerOpened,
-		log:           opts.Logger.With("component", "feeds"),
-		syncRunsKept:  SyncRunsKept,
-		metrics:       opts.Metrics,
-		laneByKey:     map[laneKey]*lane{},
-		followColls:   map[syntax.NSID]int64{},
-		targetColls:   map[syntax.NSID]int64{},
-		lanesByFollow: map[int64][]*lane{},
-		fieldsByColl:  map[int64][]fieldDef{},
-		actorIDs:      newDIDIDs(maxCachedActors, maxCachedActorBytes),
-		viewerIDs:     viewerIDs{ids: newDIDIDs(maxViewerIDs, maxViewerIDBytes)},
-		followed:      followedAuthors{},
-		indexAll:      opts.IndexAll,
-		profiles:      opts.Profiles,
-		sweep:         sweeper{opts: opts.Sweep.withDefaults(), probeBudget: retentionProbeBudget},
-		backlogSlice:  fieldBacklogSlice,
-		backlogBytes:  fieldBacklogBytes,
-		viewers:       newViewerSet(),
-		recordCache:   newRecordCache(int64(opts.RecordCacheMB) << 20),
+		path:           opts.Path,
+		walPages:       opts.WALPages,
+		writer:         writer,
+		writerOpened:   writerOpened,
+		log:            opts.Logger.With("component", "feeds"),
+		syncRunsKept:   SyncRunsKept,
+		metrics:        opts.Metrics,
+		laneByKey:      map[laneKey]*lane{},
+		followColls:    map[syntax.NSID]int64{},
+		targetColls:    map[syntax.NSID]int64{},
+		lanesByFollow:  map[int64][]*lane{},
+		fieldsByColl:   map[int64][]fieldDef{},
+		actorIDs:       newDIDIDs(maxCachedActors, maxCachedActorBytes),
+		viewerIDs:      viewerIDs{ids: newDIDIDs(maxViewerIDs, maxViewerIDBytes)},
+		followed:       followedAuthors{},
+		indexAll:       opts.IndexAll,
+		profiles:       opts.Profiles,
+		sweep:          sweeper{opts: opts.Sweep.withDefaults(), probeBudget: retentionProbeBudget},
+		backlogSlice:   fieldBacklogSlice,
+		backlogBytes:   fieldBacklogBytes,
+		fanoutRowBound: maxSortedFanoutRows,
+		viewers:        newViewerSet(),
+		recordCache:    newRecordCache(int64(opts.RecordCacheMB) << 20),
 	}
 	if s.recordCache != nil {
 		s.recordCache.sized = s.metrics.recordCacheSized()
