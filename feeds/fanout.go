@@ -72,12 +72,17 @@ var fanoutSQL = struct {
 		WHERE p.record_id BETWEEN ?1 AND ?2 AND f.actor_id <> p.author_id`, // + audienceFilter(…) + fanoutOrder
 	// rowBounds gives each pending record, in id order, a bound on the feed
 	// rows it fans out to: its author's follow records of every lane's
-	// follow collection. Stray follows (index_all mode stores everyone's)
-	// only make the bound looser (fanout_chunks.go).
-	rowBounds: `SELECT p.record_id, (SELECT count(*) FROM follows f
-			WHERE f.subject_id = p.author_id AND f.collection_id = t.follow_collection_id)
-		FROM temp.pending_fanout p
-		CROSS JOIN feed_targets t ON t.collection_id = p.collection_id AND t.enabled = 1
+	// follow collection, counted once an author however many records it
+	// queued. Stray follows (index_all mode stores everyone's) only make
+	// the bound looser (fanout_chunks.go).
+	rowBounds: `WITH authors AS (
+			SELECT a.author_id, a.collection_id, sum((SELECT count(*) FROM follows f
+				WHERE f.subject_id = a.author_id AND f.collection_id = t.follow_collection_id)) AS n
+			FROM (SELECT DISTINCT author_id, collection_id FROM temp.pending_fanout) a
+			CROSS JOIN feed_targets t ON t.collection_id = a.collection_id AND t.enabled = 1
+			GROUP BY a.author_id, a.collection_id)
+		SELECT p.record_id, a.n FROM temp.pending_fanout p
+		JOIN authors a ON a.author_id = p.author_id AND a.collection_id = p.collection_id
 		ORDER BY p.record_id`,
 	// grown lists the (author, follow collection) pairs the fan-out reached
 	// someone through, for the sweep's grown queue.

@@ -120,7 +120,7 @@ func TestFanoutStatementsUseIndexes(t *testing.T) {
 	for name, q := range map[string]string{
 		"fanout":       fanoutSQL.apply + audienceFilter(false) + fanoutOrder,
 		"fanout grown": fanoutSQL.grown,
-		"fanout rows":  fanoutSQL.rowBounds,
+		"row bounds":   fanoutSQL.rowBounds,
 		"unfeedRecord": writeSQL.unfeedRecord,
 		"unmerge":      writeSQL.unmerge,
 		"unfeedAuthor": writeSQL.unfeedAuthor,
