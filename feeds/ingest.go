@@ -19,43 +19,99 @@ import (
 // Pass a context that outlives shutdown (context.WithoutCancel) for the
 // final flush: a cancelled context aborts the transaction.
 func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
-	start := time.Now()
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	if err := s.setWALMode(ctx, b.Backlog); err != nil {
-		return BatchResult{}, err
-	}
-	w, err := s.begin(ctx)
+	o, err := s.BeginBatch(ctx, b.Backlog)
 	if err != nil {
 		return BatchResult{}, err
 	}
-	defer w.tx.Rollback()
-	w.res.LockWait = time.Since(start)
-	if err := w.forgetHandles(b.Identities); err != nil {
+	if err := o.Add(b); err != nil {
+		o.Rollback()
 		return BatchResult{}, err
+	}
+	return o.Commit(b.Cursor)
+}
+
+// OpenBatch is one write transaction filled part by part. A catch-up
+// applies its events as it takes them off the consumer's queue and commits
+// them, with their cursor, once at the end: its commits stay large (a
+// feed page rewritten by several parts is written to the WAL once) while
+// it holds no more than a part's decoded events in memory, and the
+// consumer's queue drains while the transaction grows. ApplyBatch is a
+// batch of one part.
+//
+// It holds the store's write lock from BeginBatch to Commit or Rollback,
+// so other writers in the process (first reads, the sweep) wait for all
+// of it: fill one only while events are queued.
+type OpenBatch struct {
+	s     *Store
+	w     *txWriter
+	start time.Time
+	// closed: committed or rolled back, the write lock released.
+	closed bool
+}
+
+// BeginBatch opens an immediate write transaction. backlog is
+// Batch.Backlog: the WAL may grow past its live threshold before the
+// commit checkpoints. A write lock another process holds fails it with
+// ErrWriteBusy before anything is written.
+func (s *Store) BeginBatch(ctx context.Context, backlog bool) (*OpenBatch, error) {
+	start := time.Now()
+	s.writeMu.Lock()
+	if err := s.setWALMode(ctx, backlog); err != nil {
+		s.writeMu.Unlock()
+		return nil, err
+	}
+	w, err := s.begin(ctx)
+	if err != nil {
+		s.writeMu.Unlock()
+		return nil, err
+	}
+	w.res.LockWait = time.Since(start)
+	return &OpenBatch{s: s, w: w, start: start}, nil
+}
+
+// Add applies a part of the batch: its identity events, then its changes
+// and account events in stream order, then the fan-out of the target
+// records it stored. b.Cursor and b.Backlog are not read: Commit stores
+// the cursor, BeginBatch took the mode. After an error the transaction is
+// to be rolled back.
+func (o *OpenBatch) Add(b *Batch) error {
+	w := o.w
+	if err := w.forgetHandles(b.Identities); err != nil {
+		return err
 	}
 	// Changes and account events are applied in stream order, as one
 	// event a batch would apply them (accountSchedule). Applied before the
 	// changes, as they once were, a deletion found nothing yet of the
 	// creates that came before it in its own batch, which then outlived it
-	// with no tombstone. The fan-out at commit skips authors inactive by
-	// the end of the batch.
+	// with no tombstone. The fan-out at the part's end skips authors
+	// inactive by then.
 	sched := newAccountSchedule(b)
 	for i := range b.Changes {
 		c := &b.Changes[i]
 		if err := w.applyAccounts(sched.before(i, c.TimeUS)); err != nil {
-			return BatchResult{}, err
+			return err
 		}
 		if err := w.apply(c); err != nil {
-			return BatchResult{}, fmt.Errorf("apply %s %s/%s/%s: %w", c.Op, c.DID, c.Collection, c.RKey, err)
+			return fmt.Errorf("apply %s %s/%s/%s: %w", c.Op, c.DID, c.Collection, c.RKey, err)
 		}
 	}
 	if err := w.applyAccounts(sched.rest()); err != nil {
-		return BatchResult{}, err
+		return err
 	}
+	// Fanned out here, not held to the commit: a part's feed rows are
+	// what one batch of its size would write, and the next part starts
+	// with nothing pending.
+	return w.applyFanout()
+}
+
+// Commit stores the cursor (if any) and commits; either way the write lock
+// is released. A failed commit wrote nothing.
+func (o *OpenBatch) Commit(cursor StreamCursor) (BatchResult, error) {
+	defer o.Rollback()
+	s, w := o.s, o.w
 	failpoint.Hit(failpoint.IngestBeforeCursor)
-	if b.Cursor.TimeUS > 0 {
-		reset, err := w.saveCursor(b.Cursor)
+	if cursor.TimeUS > 0 {
+		reset, err := w.saveCursor(cursor)
 		if err != nil {
 			return BatchResult{}, err
 		}
@@ -65,17 +121,28 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 	if err := w.commit(); err != nil {
 		return BatchResult{}, fmt.Errorf("commit batch: %w", err)
 	}
-	s.metrics.observeBatch(w.res, time.Since(start))
+	s.metrics.observeBatch(w.res, time.Since(o.start))
 	switch {
 	case w.adopted != nil:
 		s.adoptCursor(*w.adopted, w.adoptedGen)
 		s.metrics.casMismatch(cursorKindJetstream)
 		s.log.Warn("cursor_reset_adopted", "time_us", w.adopted.TimeUS, "generation", w.adoptedGen)
-	case b.Cursor.TimeUS > 0:
-		s.advanceCursor(b.Cursor)
+	case cursor.TimeUS > 0:
+		s.advanceCursor(cursor)
 	}
 	s.metrics.observeCursor(s.Cursor().TimeUS)
 	return w.res, nil
+}
+
+// Rollback abandons what the transaction has not committed and releases
+// the write lock; after Commit it does nothing.
+func (o *OpenBatch) Rollback() {
+	if o.closed {
+		return
+	}
+	o.closed = true
+	o.w.tx.Rollback()
+	o.s.writeMu.Unlock()
 }
 
 // applyAccounts applies account events in order.
