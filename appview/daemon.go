@@ -196,6 +196,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		store:         store,
 		batchSize:     cfg.Ingest.BatchSize,
 		catchupSize:   cfg.Ingest.CatchupBatchSize,
+		partSize:      catchupPartSize,
 		batchInterval: cfg.Ingest.BatchInterval,
 		maxInterval:   cfg.Ingest.MaxBatchInterval,
 		log:           log.With("component", "ingest"),

@@ -27,11 +27,17 @@ type ingester struct {
 	batchSize int
 	// catchupSize is how far a batch may grow past batchSize while the
 	// queue still holds events: a backlog is applied in large commits, a
-	// live stream in small, prompt ones. The consumer's read loop waits
-	// while such a batch is applied, and steps away from its connection if
-	// that lasts (jetstream.Config.StallTimeout), so no batch is cut short
-	// to keep the connection's pings answered.
-	catchupSize   int
+	// live stream in small, prompt ones.
+	catchupSize int
+	// partSize is how many events of a backlog's batch are taken off the
+	// queue before they are applied to its open transaction
+	// (feeds.OpenBatch); 0 applies every batch whole. The batch commits at
+	// catchupSize or where the queue runs dry, holding no more than a
+	// part's decoded events, and the consumer's read loop, which waits
+	// while the queue is full, waits on a part, not on the whole batch
+	// (past jetstream.Config.StallTimeout it steps away from its
+	// connection).
+	partSize      int
 	batchInterval time.Duration
 	// maxInterval bounds how far a live batch's wait stretches while the
 	// writer is busy (waitAfter); interval is the wait the next batch
@@ -133,7 +139,69 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 	idle := time.NewTimer(in.sweepIdle)
 	defer idle.Stop()
 	batchBytes := 0 // of the records the batch holds
+	// open is a backlog's transaction with parts of the batch applied
+	// (applyPart), nil when none is; applied counts their changes.
+	var open *feeds.OpenBatch
+	applied := 0
 	stopping := ctx.Done()
+	// clearBatch empties the batch's slices, keeping its cursor. Cleared,
+	// not only cut: the slices are reused, and a catch-up batch's elements
+	// would keep its records' bytes (up to maxBatchBytes) reachable until
+	// later batches wrote over them.
+	clearBatch := func() {
+		batchBytes = 0
+		clear(batch.Changes)
+		clear(batch.Accounts)
+		clear(batch.Identities)
+		batch.Changes = batch.Changes[:0]
+		batch.Accounts = batch.Accounts[:0]
+		batch.Identities = batch.Identities[:0]
+	}
+	// applyPart applies what the batch holds to its open transaction,
+	// opening it first (waiting out another process's write lock, as a
+	// flush does).
+	applyPart := func(ctx context.Context) error {
+		if open == nil {
+			err := retryWhileBusy(stopping, busyAttemptsAtShutdown, in.log, "ingest", func() (err error) {
+				open, err = in.store.BeginBatch(ctx, true)
+				return err
+			})
+			if errors.Is(err, feeds.ErrWriteBusy) {
+				// Given up only once the daemon stops, before anything
+				// of the batch was written: replayed at the next start.
+				in.log.Warn("stopping with the last batch uncommitted: another process holds the database's write lock; its events are replayed at the next start",
+					"changes", len(batch.Changes), "time_us", batch.Cursor.TimeUS)
+				return errStoppedBusy
+			}
+			if err != nil {
+				return fmt.Errorf("ingest batch: %w", err)
+			}
+		}
+		if err := open.Add(batch); err != nil {
+			open.Rollback()
+			open = nil
+			return fmt.Errorf("ingest batch: %w", notBusy(err))
+		}
+		applied += len(batch.Changes)
+		clearBatch()
+		return nil
+	}
+	// commit commits the batch: in one transaction, or as the last part
+	// of the open one. A write lock another process holds is waited out
+	// only before anything of the batch is written.
+	commit := func(ctx context.Context) (feeds.BatchResult, error) {
+		if open == nil {
+			return in.store.ApplyBatch(ctx, batch)
+		}
+		o := open
+		open = nil
+		if err := o.Add(batch); err != nil {
+			o.Rollback()
+			return feeds.BatchResult{}, notBusy(err)
+		}
+		res, err := o.Commit(batch.Cursor)
+		return res, notBusy(err)
+	}
 	// flush commits the batch. live says it was a live stream's (its wait
 	// ran out before it filled, with little queued behind it); with its
 	// apply time, that sets the next batch's wait (waitAfter).
@@ -154,7 +222,7 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		var res feeds.BatchResult
 		err := retryWhileBusy(stopping, busyAttemptsAtShutdown, in.log, "ingest", func() (err error) {
 			started = in.now()
-			res, err = in.store.ApplyBatch(ctx, batch)
+			res, err = commit(ctx)
 			return err
 		})
 		if errors.Is(err, feeds.ErrWriteBusy) {
@@ -183,22 +251,14 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		// batches' worth 30 budgets, a live batch of 100 events a tenth of
 		// one; and no fewer than the rows it wrote ask for
 		// (feeds.Tick.Rows).
-		swept, err := in.tick(ctx, res.MutatedFeeds(), max(len(batch.Changes), 1), res.FanoutRows+res.MergedRows)
+		swept, err := in.tick(ctx, res.MutatedFeeds(), max(applied+len(batch.Changes), 1), res.FanoutRows+res.MergedRows)
 		if err != nil {
 			return err
 		}
 		in.interval.Store(int64(in.waitAfter(live, in.now().Sub(started)-res.LockWait-swept.LockWait)))
 		idle.Reset(in.sweepIdle)
-		batchBytes = 0
-		// Cleared, not only cut: the slices are reused, and a catch-up
-		// batch's elements would keep its records' bytes (up to
-		// maxBatchBytes) reachable until later batches wrote over them.
-		clear(batch.Changes)
-		clear(batch.Accounts)
-		clear(batch.Identities)
-		batch.Changes = batch.Changes[:0]
-		batch.Accounts = batch.Accounts[:0]
-		batch.Identities = batch.Identities[:0]
+		clearBatch()
+		applied = 0
 		batch.Cursor = feeds.StreamCursor{}
 		batch.Backlog = false
 		pending = false
@@ -261,12 +321,31 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 			if len(events) >= in.batchSize {
 				batch.Backlog = true
 			}
-			if in.full(len(batch.Changes), len(events), batchBytes) {
+			queued := len(events)
+			total := applied + len(batch.Changes)
+			switch {
+			case open != nil && queued == 0:
+				// The backlog ran dry under an open transaction: commit
+				// now rather than hold the write lock through the wait.
+				if err := flush(writeCtx, false); err != nil {
+					return err
+				}
+			case in.partFull(batch, queued, total, batchBytes):
+				if err := applyPart(writeCtx); err != nil {
+					return err
+				}
+			case in.full(total, queued, batchBytes):
 				if err := flush(writeCtx, false); err != nil {
 					return err
 				}
 			}
 		case <-timer.C:
+			if open != nil && len(events) > 0 {
+				// A backlog's batch in parts outlasts its wait by far (a
+				// part applies in about a second): it is cut at
+				// catchup_batch_size or where the queue runs dry.
+				break
+			}
 			if err := flush(writeCtx, in.live(len(events))); err != nil {
 				return err
 			}
@@ -331,6 +410,34 @@ func (in *ingester) full(n, queued, bytes int) bool {
 		return true
 	}
 	return n >= max(in.catchupSize, in.batchSize)
+}
+
+// catchupPartSize is the daemon's partSize: a backlog's batch of 30,000
+// events is applied in parts of 8,192, each about a second of the writer's
+// time, so the read loop's queue never waits on a whole batch.
+const catchupPartSize = 8192
+
+// partFull says whether the changes a backlog's batch holds are to be
+// applied to its open transaction now: a part's worth (or maxBatchBytes of
+// records) is taken, more are queued, and the batch is still short of
+// catchupSize. Only a backlog's batch is applied in parts, as the open
+// transaction holds the write lock until it commits.
+func (in *ingester) partFull(b *feeds.Batch, queued, total, bytes int) bool {
+	if in.partSize <= 0 || !b.Backlog || queued == 0 || total >= max(in.catchupSize, in.batchSize) {
+		return false
+	}
+	return len(b.Changes) >= in.partSize || bytes >= maxBatchBytes
+}
+
+// notBusy keeps an error met inside an open transaction from reading as
+// feeds.ErrWriteBusy, which the flush would wait out and retry: the retry
+// would start a new transaction without the parts the failed one held, and
+// its cursor would pass over them.
+func notBusy(err error) error {
+	if errors.Is(err, feeds.ErrWriteBusy) {
+		return fmt.Errorf("open batch failed: %v", err)
+	}
+	return err
 }
 
 // stretchFactor is how many times as long as the last batch took to apply

@@ -2,10 +2,8 @@ package appview
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -30,11 +28,10 @@ func TestACatchUpsBatchesAreCommittedAsABacklogs(t *testing.T) {
 	}
 	// Posts of about a page each: a batch of 80 writes more pages than
 	// the live threshold (64), fewer than the backlog's (256).
-	record := json.RawMessage(`{"$type":"app.bsky.feed.post","text":"` + strings.Repeat("x", 3500) + `"}`)
 	// Two batches of 80 queued, the second cut where the queue runs dry;
 	// then one event more, once they are committed.
 	const backlog = 161
-	source := queuedPosts(backlog, record)
+	source := queuedPosts(backlog, largePost)
 	events := make(chan jetstream.Event, backlog)
 	for range backlog - 1 {
 		events <- <-source

@@ -1,0 +1,148 @@
+package appview
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/jetstream"
+)
+
+// A backlog's batch is applied to its transaction part by part as the
+// ingester takes it off the queue, and committed once, at
+// catchup_batch_size, with the cursor of its last event: a part's records
+// are no longer held in memory when the batch commits.
+func TestABacklogsBatchIsAppliedInPartsAndCommittedOnce(t *testing.T) {
+	store := openIndexAllStore(t)
+	const backlog = 250 // batches of 100, 100 and 50, cut where the queue runs dry
+	events, freed := backlogWithALargeFirstRecord(backlog)
+	var applied []int
+	freedAtFirstCommit := false
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in := &ingester{
+		store: store, batchSize: 10, catchupSize: 100, partSize: 20, batchInterval: time.Minute,
+		log: slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: time.Now,
+		afterCommit: func(res feeds.BatchResult) {
+			if len(applied) == 0 {
+				freedAtFirstCommit = collected(freed, 5*time.Second)
+			}
+			if applied = append(applied, res.Applied); total(applied) == backlog {
+				cancel()
+			}
+		},
+	}
+	if err := in.Run(ctx, events); err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 3 || applied[0] != 100 || applied[1] != 100 || applied[2] != 50 {
+		t.Errorf("batches applied %v, want [100 100 50]", applied)
+	}
+	if !freedAtFirstCommit {
+		t.Error("the first part's record was still reachable when its batch committed")
+	}
+	if got, want := store.Cursor().TimeUS, t0+backlog-1; got != want {
+		t.Errorf("cursor at %d, want the last event's %d", got, want)
+	}
+}
+
+// A backlog that runs dry under an open transaction is committed at once,
+// even while the batch's wait is stretched: the transaction holds the
+// write lock, which the wait would hold from every other writer.
+func TestABacklogRunDryUnderAnOpenTransactionCommitsAtOnce(t *testing.T) {
+	store := openIndexAllStore(t)
+	const backlog = 50
+	events, _ := backlogWithALargeFirstRecord(backlog)
+	committed := make(chan int, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in := &ingester{
+		store: store, batchSize: 10, catchupSize: 100, partSize: 20,
+		batchInterval: 30 * time.Second, maxInterval: time.Minute,
+		log: slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: time.Now,
+		afterCommit: func(res feeds.BatchResult) { committed <- res.Applied },
+	}
+	in.interval.Store(int64(time.Minute)) // stretched by an earlier busy batch
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx, events) }()
+	select {
+	case n := <-committed:
+		if n != backlog {
+			t.Errorf("committed %d events, want the %d queued", n, backlog)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batch was not committed when the queue ran dry")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// largePost is a post of about a page.
+var largePost = json.RawMessage(`{"$type":"app.bsky.feed.post","text":"` + strings.Repeat("x", 3500) + `"}`)
+
+// backlogWithALargeFirstRecord queues n posts, the first with a 1 MiB
+// record whose collection closes freed.
+func backlogWithALargeFirstRecord(n int) (chan jetstream.Event, chan struct{}) {
+	source := queuedPosts(n, shortPost)
+	events := make(chan jetstream.Event, n)
+	first := <-source
+	record := new([1 << 20]byte)
+	first.Commit.Record = record[:copy(record[:], shortPost)]
+	freed := make(chan struct{})
+	runtime.SetFinalizer(record, func(*[1 << 20]byte) { close(freed) })
+	events <- first
+	for range n - 1 {
+		events <- <-source
+	}
+	return events, freed
+}
+
+// collected runs the collector until freed closes, for up to wait.
+func collected(freed chan struct{}, wait time.Duration) bool {
+	deadline := time.After(wait)
+	for {
+		runtime.GC()
+		select {
+		case <-freed:
+			return true
+		case <-deadline:
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// A backlog's batch applied in parts is not cut by its wait, which a part
+// outlasts: it grows to catchup_batch_size while events are queued.
+func TestABacklogsBatchOutlastsItsWait(t *testing.T) {
+	store := openIndexAllStore(t)
+	// Posts of about a page each: a part of 1,000 takes far longer to
+	// apply than the 10 ms wait, and far less to take off the queue.
+	const backlog = 5000
+	events := queuedPosts(backlog, largePost)
+	var applied []int
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in := &ingester{
+		store: store, batchSize: 100, catchupSize: 3000, partSize: 1000, batchInterval: 10 * time.Millisecond,
+		log: slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: time.Now,
+		afterCommit: func(res feeds.BatchResult) {
+			if applied = append(applied, res.Applied); total(applied) == backlog {
+				cancel()
+			}
+		},
+	}
+	if err := in.Run(ctx, events); err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 2 || applied[0] != 3000 || applied[1] != 2000 {
+		t.Errorf("batches applied %v, want [3000 2000]", applied)
+	}
+}
