@@ -34,6 +34,7 @@ type ingestResult struct {
 	gaps          int64 // reconnects the server could not replay in full
 	stepAways     float64
 	walRestarts   float64 // RESTART checkpoints during the timed ingest
+	batches       float64 // transactions committed by the ingester during it
 }
 
 // ingestPhase plays the seed graph (not timed), then the main stream, and
@@ -71,6 +72,7 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 	}
 	fanout0 := metrics.sum(`appview_feed_rows_total{operation="fanout"}`)
 	restarts0 := metrics.sum(`appview_database_wal_restarts_total`)
+	batches0 := metrics.sum(`appview_ingest_batches_total`)
 	stepAways0 := metrics.sum(`appview_jetstream_step_aways_total`)
 	connections0 := b.server.Connections()
 	replayed0, gaps0 := b.server.Replayed(), b.server.Gaps()
@@ -159,6 +161,7 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 	if m, err := scrape(ctx, b.base); err == nil {
 		res.walRestarts = m.sum(`appview_database_wal_restarts_total`) - restarts0
 		res.stepAways = m.sum(`appview_jetstream_step_aways_total`) - stepAways0
+		res.batches = m.sum(`appview_ingest_batches_total`) - batches0
 	}
 	res.peakRSS = procStatus("VmHWM")
 	res.reconnections = b.server.Connections() - connections0
@@ -176,6 +179,10 @@ func (b *bench) printIngest(res ingestResult) {
 		res.fanoutRows, res.fanoutRows/res.seconds)
 	fmt.Fprintf(b.out, "peak RSS during the timed ingest (VmHWM, reset when it started): %.0f MiB\n", float64(res.peakRSS)/(1<<20))
 	fmt.Fprintf(b.out, "WAL RESTART checkpoints during the timed ingest: %.0f (appview_database_wal_restarts_total)\n", res.walRestarts)
+	if res.batches > 0 {
+		fmt.Fprintf(b.out, "batches committed during the timed ingest: %.0f, %.0f events each on average (appview_ingest_batches_total)\n",
+			res.batches, float64(res.events)/res.batches)
+	}
 	if res.reconnections > 0 {
 		// The daemon steps away from its connection while its queue stays
 		// full (jetstream.Config.StallTimeout); the server replays from
