@@ -202,7 +202,7 @@ func DefaultConfig() Config {
 			BatchSize:        1000,
 			BatchInterval:    100 * time.Millisecond,
 			MaxBatchInterval: 5 * time.Second,
-			CatchupBatchSize: 30000,
+			CatchupBatchSize: 60000,
 			IndexAll:         false,
 		},
 		HTTP:      HTTPConfig{Listen: ":8080"},

@@ -37,7 +37,10 @@ type ingester struct {
 	// while the queue is full, waits on a part, not on the whole batch
 	// (past jetstream.Config.StallTimeout it steps away from its
 	// connection).
-	partSize      int
+	partSize int
+	// backlogBytes bounds the record bytes of a batch applied in parts;
+	// 0 is maxBacklogBytes.
+	backlogBytes  int
 	batchInterval time.Duration
 	// maxInterval bounds how far a live batch's wait stretches while the
 	// writer is busy (waitAfter); interval is the wait the next batch
@@ -140,9 +143,10 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 	defer idle.Stop()
 	batchBytes := 0 // of the records the batch holds
 	// open is a backlog's transaction with parts of the batch applied
-	// (applyPart), nil when none is; applied counts their changes.
+	// (applyPart), nil when none is; applied counts their changes,
+	// appliedBytes their records' bytes.
 	var open *feeds.OpenBatch
-	applied := 0
+	applied, appliedBytes := 0, 0
 	stopping := ctx.Done()
 	// clearBatch empties the batch's slices, keeping its cursor. Cleared,
 	// not only cut: the slices are reused, and a catch-up batch's elements
@@ -183,6 +187,7 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 			return fmt.Errorf("ingest batch: %w", notBusy(err))
 		}
 		applied += len(batch.Changes)
+		appliedBytes += batchBytes
 		clearBatch()
 		return nil
 	}
@@ -247,8 +252,8 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 			in.afterCommit(res)
 		}
 		// The slice visits the batch's share of the sweep's pace per event
-		// (sweep.actors per batch_size events): a catch-up batch of 30
-		// batches' worth 30 budgets, a live batch of 100 events a tenth of
+		// (sweep.actors per batch_size events): a catch-up batch of 60
+		// batches' worth 60 budgets, a live batch of 100 events a tenth of
 		// one; and no fewer than the rows it wrote ask for
 		// (feeds.Tick.Rows).
 		swept, err := in.tick(ctx, res.MutatedFeeds(), max(applied+len(batch.Changes), 1), res.FanoutRows+res.MergedRows)
@@ -258,7 +263,7 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		in.interval.Store(int64(in.waitAfter(live, in.now().Sub(started)-res.LockWait-swept.LockWait)))
 		idle.Reset(in.sweepIdle)
 		clearBatch()
-		applied = 0
+		applied, appliedBytes = 0, 0
 		batch.Cursor = feeds.StreamCursor{}
 		batch.Backlog = false
 		pending = false
@@ -330,6 +335,10 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 				if err := flush(writeCtx, false); err != nil {
 					return err
 				}
+			case in.backlogFull(appliedBytes + batchBytes):
+				if err := flush(writeCtx, false); err != nil {
+					return err
+				}
 			case in.partFull(batch, queued, total, batchBytes):
 				if err := applyPart(writeCtx); err != nil {
 					return err
@@ -389,9 +398,9 @@ var errStoppedBusy = errors.New("stopped with the last batch uncommitted")
 // up to 64 KiB each it could otherwise hold about 1 GiB.
 const queueBytes = 64 << 20
 
-// maxBatchBytes bounds the record bytes one batch holds, whatever its
-// count: records may be up to 64 KiB each, and a catch-up batch of 30,000
-// such would hold about 2 GiB.
+// maxBatchBytes bounds the record bytes one batch, or one part of a
+// backlog's batch, holds in memory, whatever its count: records may be up
+// to 64 KiB each, and a part of 8,192 such would hold 512 MiB.
 const maxBatchBytes = 32 << 20
 
 // full says whether a batch of n changes holding bytes of records is to be
@@ -412,7 +421,24 @@ func (in *ingester) full(n, queued, bytes int) bool {
 	return n >= max(in.catchupSize, in.batchSize)
 }
 
-// catchupPartSize is the daemon's partSize: a backlog's batch of 30,000
+// maxBacklogBytes bounds the record bytes of a backlog's batch applied in
+// parts (each part holds up to maxBatchBytes): 60,000 records of up to 64
+// KiB would otherwise make one transaction, and the WAL it leaves, about
+// 4 GiB. Real posts are well under a KiB, so a catch-up's batches stay at
+// catchup_batch_size.
+const maxBacklogBytes = 4 * maxBatchBytes
+
+// backlogFull says whether a batch applied in parts holds bytes of records
+// enough to commit.
+func (in *ingester) backlogFull(bytes int) bool {
+	limit := in.backlogBytes
+	if limit <= 0 {
+		limit = maxBacklogBytes
+	}
+	return bytes >= limit
+}
+
+// catchupPartSize is the daemon's partSize: a backlog's batch of 60,000
 // events is applied in parts of 8,192, each about a second of the writer's
 // time, so the read loop's queue never waits on a whole batch.
 const catchupPartSize = 8192

@@ -146,3 +146,31 @@ func TestABacklogsBatchOutlastsItsWait(t *testing.T) {
 		t.Errorf("batches applied %v, want [3000 2000]", applied)
 	}
 }
+
+// A backlog's batch applied in parts is committed once its records' bytes
+// reach the bound, whatever its count: large records would otherwise make
+// one transaction, and the WAL it leaves, gigabytes.
+func TestABacklogsBatchInPartsIsBoundedInBytes(t *testing.T) {
+	store := openIndexAllStore(t)
+	const backlog = 100
+	events := queuedPosts(backlog, largePost)
+	var applied []int
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in := &ingester{
+		store: store, batchSize: 10, catchupSize: 1000, partSize: 10, backlogBytes: 40 * len(largePost),
+		batchInterval: time.Minute,
+		log:           slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: time.Now,
+		afterCommit: func(res feeds.BatchResult) {
+			if applied = append(applied, res.Applied); total(applied) == backlog {
+				cancel()
+			}
+		},
+	}
+	if err := in.Run(ctx, events); err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 3 || applied[0] != 40 || applied[1] != 40 || applied[2] != 20 {
+		t.Errorf("batches applied %v, want [40 40 20]", applied)
+	}
+}

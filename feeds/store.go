@@ -264,7 +264,7 @@ const walAutocheckpointPages = 16384
 
 // walBacklogFactor is how far past walAutocheckpointPages the WAL grows
 // while a backlog is applied (Batch.Backlog): four times, 256 MiB. A catch-up
-// batch of 30,000 events rewrites most of the feed table (some 15,000
+// batch of 30,000 events (the default then) rewrites most of the feed table (some 15,000
 // pages at 10,000 viewers), so at the live threshold nearly every such
 // commit checkpointed what it had just written; at four times it, a page
 // rewritten by the four or so batches between checkpoints is copied once.
