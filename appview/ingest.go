@@ -161,24 +161,33 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		batch.Accounts = batch.Accounts[:0]
 		batch.Identities = batch.Identities[:0]
 	}
+	// waitWrite runs a write that begins the batch's transaction, waiting
+	// out a write lock another process holds (retryWhileBusy). Given up
+	// only once the daemon stops: nothing of the batch was written and its
+	// cursor did not move, so the next start replays it. A clean stop
+	// (errStoppedBusy), not a failure.
+	waitWrite := func(write func() error) error {
+		err := retryWhileBusy(stopping, busyAttemptsAtShutdown, in.log, "ingest", write)
+		if errors.Is(err, feeds.ErrWriteBusy) {
+			in.log.Warn("stopping with the last batch uncommitted: another process holds the database's write lock; its events are replayed at the next start",
+				"changes", applied+len(batch.Changes), "time_us", batch.Cursor.TimeUS)
+			return errStoppedBusy
+		}
+		if err != nil {
+			return fmt.Errorf("ingest batch: %w", err)
+		}
+		return nil
+	}
 	// applyPart applies what the batch holds to its open transaction,
-	// opening it first (waiting out another process's write lock, as a
-	// flush does).
+	// opening it first.
 	applyPart := func(ctx context.Context) error {
 		if open == nil {
-			err := retryWhileBusy(stopping, busyAttemptsAtShutdown, in.log, "ingest", func() (err error) {
+			err := waitWrite(func() (err error) {
 				open, err = in.store.BeginBatch(ctx, true)
 				return err
 			})
-			if errors.Is(err, feeds.ErrWriteBusy) {
-				// Given up only once the daemon stops, before anything
-				// of the batch was written: replayed at the next start.
-				in.log.Warn("stopping with the last batch uncommitted: another process holds the database's write lock; its events are replayed at the next start",
-					"changes", len(batch.Changes), "time_us", batch.Cursor.TimeUS)
-				return errStoppedBusy
-			}
 			if err != nil {
-				return fmt.Errorf("ingest batch: %w", err)
+				return err
 			}
 		}
 		if err := open.Add(batch); err != nil {
@@ -225,21 +234,13 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		// is not a busy writer.
 		var started time.Time
 		var res feeds.BatchResult
-		err := retryWhileBusy(stopping, busyAttemptsAtShutdown, in.log, "ingest", func() (err error) {
+		err := waitWrite(func() (err error) {
 			started = in.now()
 			res, err = commit(ctx)
 			return err
 		})
-		if errors.Is(err, feeds.ErrWriteBusy) {
-			// Given up only once the daemon stops: nothing of the batch
-			// was written and its cursor did not move, so the next start
-			// replays it. A clean stop, not a failure.
-			in.log.Warn("stopping with the last batch uncommitted: another process holds the database's write lock; its events are replayed at the next start",
-				"changes", len(batch.Changes), "time_us", batch.Cursor.TimeUS)
-			return errStoppedBusy
-		}
 		if err != nil {
-			return fmt.Errorf("ingest batch: %w", err)
+			return err
 		}
 		failpoint.Hit(failpoint.IngestAfterCommit)
 		if res.CursorReset && in.restart != nil {

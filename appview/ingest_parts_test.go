@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/internal/writelock"
 	"github.com/atfeeds/appview/jetstream"
 )
 
@@ -21,25 +22,13 @@ func TestABacklogsBatchIsAppliedInPartsAndCommittedOnce(t *testing.T) {
 	store := openIndexAllStore(t)
 	const backlog = 250 // batches of 100, 100 and 50, cut where the queue runs dry
 	events, freed := backlogWithALargeFirstRecord(backlog)
-	var applied []int
 	freedAtFirstCommit := false
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	in := &ingester{
-		store: store, batchSize: 10, catchupSize: 100, partSize: 20, batchInterval: time.Minute,
-		log: slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: time.Now,
-		afterCommit: func(res feeds.BatchResult) {
-			if len(applied) == 0 {
-				freedAtFirstCommit = collected(freed, 5*time.Second)
-			}
-			if applied = append(applied, res.Applied); total(applied) == backlog {
-				cancel()
-			}
-		},
-	}
-	if err := in.Run(ctx, events); err != nil {
-		t.Fatal(err)
-	}
+	in := &ingester{store: store, batchSize: 10, catchupSize: 100, partSize: 20, batchInterval: time.Minute}
+	applied := runBacklog(t, in, events, backlog, func(batch int) {
+		if batch == 0 {
+			freedAtFirstCommit = collected(freed, 5*time.Second)
+		}
+	})
 	if len(applied) != 3 || applied[0] != 100 || applied[1] != 100 || applied[2] != 50 {
 		t.Errorf("batches applied %v, want [100 100 50]", applied)
 	}
@@ -84,6 +73,29 @@ func TestABacklogRunDryUnderAnOpenTransactionCommitsAtOnce(t *testing.T) {
 	}
 }
 
+// runBacklog runs the ingester over n queued events until all are
+// committed and returns the events each batch applied; atCommit, when
+// set, runs at each commit (batch counts from 0).
+func runBacklog(t *testing.T, in *ingester, events chan jetstream.Event, n int, atCommit func(batch int)) []int {
+	t.Helper()
+	var applied []int
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in.log, in.sweepIdle, in.now = slog.New(slog.DiscardHandler), time.Hour, time.Now
+	in.afterCommit = func(res feeds.BatchResult) {
+		if atCommit != nil {
+			atCommit(len(applied))
+		}
+		if applied = append(applied, res.Applied); total(applied) == n {
+			cancel()
+		}
+	}
+	if err := in.Run(ctx, events); err != nil {
+		t.Fatal(err)
+	}
+	return applied
+}
+
 // largePost is a post of about a page.
 var largePost = json.RawMessage(`{"$type":"app.bsky.feed.post","text":"` + strings.Repeat("x", 3500) + `"}`)
 
@@ -126,22 +138,8 @@ func TestABacklogsBatchOutlastsItsWait(t *testing.T) {
 	// Posts of about a page each: a part of 1,000 takes far longer to
 	// apply than the 10 ms wait, and far less to take off the queue.
 	const backlog = 5000
-	events := queuedPosts(backlog, largePost)
-	var applied []int
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	in := &ingester{
-		store: store, batchSize: 100, catchupSize: 3000, partSize: 1000, batchInterval: 10 * time.Millisecond,
-		log: slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: time.Now,
-		afterCommit: func(res feeds.BatchResult) {
-			if applied = append(applied, res.Applied); total(applied) == backlog {
-				cancel()
-			}
-		},
-	}
-	if err := in.Run(ctx, events); err != nil {
-		t.Fatal(err)
-	}
+	in := &ingester{store: store, batchSize: 100, catchupSize: 3000, partSize: 1000, batchInterval: 10 * time.Millisecond}
+	applied := runBacklog(t, in, queuedPosts(backlog, largePost), backlog, nil)
 	if len(applied) != 2 || applied[0] != 3000 || applied[1] != 2000 {
 		t.Errorf("batches applied %v, want [3000 2000]", applied)
 	}
@@ -153,24 +151,31 @@ func TestABacklogsBatchOutlastsItsWait(t *testing.T) {
 func TestABacklogsBatchInPartsIsBoundedInBytes(t *testing.T) {
 	store := openIndexAllStore(t)
 	const backlog = 100
-	events := queuedPosts(backlog, largePost)
-	var applied []int
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	in := &ingester{
-		store: store, batchSize: 10, catchupSize: 1000, partSize: 10, backlogBytes: 40 * len(largePost),
-		batchInterval: time.Minute,
-		log:           slog.New(slog.DiscardHandler), sweepIdle: time.Hour, now: time.Now,
-		afterCommit: func(res feeds.BatchResult) {
-			if applied = append(applied, res.Applied); total(applied) == backlog {
-				cancel()
-			}
-		},
-	}
-	if err := in.Run(ctx, events); err != nil {
-		t.Fatal(err)
-	}
+	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 10, backlogBytes: 40 * len(largePost), batchInterval: time.Minute}
+	applied := runBacklog(t, in, queuedPosts(backlog, largePost), backlog, nil)
 	if len(applied) != 3 || applied[0] != 40 || applied[1] != 40 || applied[2] != 20 {
 		t.Errorf("batches applied %v, want [40 40 20]", applied)
+	}
+}
+
+// A backlog's first part waits out a write lock another process holds, as
+// a whole batch does, and the batch then commits every event once.
+func TestABacklogsFirstPartWaitsOutAForeignWriteLock(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	store := openIndexAllStoreAt(t, path)
+	release := writelock.Hold(t, path)
+	time.AfterFunc(300*time.Millisecond, release)
+	const backlog = 50
+	in := &ingester{store: store, batchSize: 10, catchupSize: 100, partSize: 20, batchInterval: time.Minute}
+	began := time.Now()
+	applied := runBacklog(t, in, queuedPosts(backlog, shortPost), backlog, nil)
+	if waited := time.Since(began); waited < 300*time.Millisecond {
+		t.Errorf("the batch committed after %s, before the lock was released", waited)
+	}
+	if len(applied) != 1 || applied[0] != backlog {
+		t.Errorf("batches applied %v, want [%d]", applied, backlog)
+	}
+	if got := store.Cursor().TimeUS; got != t0+backlog-1 {
+		t.Errorf("cursor %d, want the backlog's last event %d", got, t0+backlog-1)
 	}
 }
