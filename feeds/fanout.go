@@ -7,16 +7,19 @@ import (
 	"math"
 )
 
-// Fan-out is deferred to the end of each write transaction and done for
-// the whole transaction at once, in feed_items primary-key order.
+// Fan-out is deferred to the end of each write transaction (of each part of
+// one applied in parts, OpenBatch.Add) and done for all of it at once, in
+// feed_items primary-key order, in chunks of bounded size
+// (fanout_chunks.go).
 //
 // A post reaches its author's followers, who are spread over the whole
 // feed table, so inserting each post's rows as it comes lands every row
 // on a random page: a descent of the b-tree from the root each time. The
 // same rows inserted sorted by (viewer, lane, sort key) walk the table
 // once, front to back: 2.6 times as many rows per second for a batch of
-// 5,000 posts into a table of 2M rows (BenchmarkFanoutOrder,
-// docs/benchmarks.md).
+// 5,000 posts into a table of 2M rows when it was measured first
+// (BenchmarkFanoutOrder, docs/benchmarks.md); on the twenty-fifth round's
+// build and machine, no gain at 5,000 posts and 10–30% at 25,000.
 //
 // Deferring changes nothing a transaction can observe from outside, and
 // inside it the order of events still decides the outcome:

@@ -3,11 +3,11 @@ package feeds
 import "fmt"
 
 // The fan-out's ORDER BY sorts in memory: temp_store is memory, and
-// SQLite's sorter then keeps every row it is given, about 62 bytes a row,
+// SQLite's sorter then keeps every row it is given, about 64 bytes a row,
 // until the statement ends. A catch-up batch at 100,000 viewers fans out
 // about 2M rows, and one batch holding two posts by an author with a
-// million viewer-followers took 125 MB more at its peak than a batch
-// holding one (BenchmarkFanoutSortMemory). So a transaction's pending
+// million viewer-followers took 121 MiB more at its peak
+// (BenchmarkFanoutSortMemory). So a transaction's pending
 // records are fanned out in chunks of consecutive record ids, each with a
 // bound on its rows (Store.fanoutRowBound); every chunk still walks the
 // feed table front to back. A record whose bound alone passes it is a
@@ -50,7 +50,7 @@ func (w *txWriter) planFanout() ([]fanoutChunk, error) {
 }
 
 // fanoutPlanner cuts records, given in id order with a bound on the rows
-// of each (once per lane carrying its collection), into chunks whose
+// of each (a record given twice has its bounds added), into chunks whose
 // bounds add up to no more than bound, but for a record whose bound alone
 // passes it.
 type fanoutPlanner struct {
