@@ -330,13 +330,10 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 			queued := len(events)
 			total := applied + len(batch.Changes)
 			switch {
-			case open != nil && queued == 0:
-				// The backlog ran dry under an open transaction: commit
-				// now rather than hold the write lock through the wait.
-				if err := flush(writeCtx, false); err != nil {
-					return err
-				}
-			case in.backlogFull(appliedBytes + batchBytes):
+			case open != nil && queued == 0, in.backlogFull(appliedBytes + batchBytes):
+				// The backlog ran dry under an open transaction (committed
+				// now rather than hold the write lock through the wait),
+				// or its batch holds records enough.
 				if err := flush(writeCtx, false); err != nil {
 					return err
 				}
