@@ -39,8 +39,10 @@ type ingester struct {
 	// connection).
 	partSize int
 	// backlogBytes bounds the record bytes of a batch applied in parts;
-	// 0 is maxBacklogBytes.
+	// 0 is maxBacklogBytes. backlogHold bounds how long it stays open; 0
+	// is maxBacklogHold.
 	backlogBytes  int
+	backlogHold   time.Duration
 	batchInterval time.Duration
 	// maxInterval bounds how far a live batch's wait stretches while the
 	// writer is busy (waitAfter); interval is the wait the next batch
@@ -146,6 +148,7 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 	// (applyPart), nil when none is; applied counts their changes,
 	// appliedBytes their records' bytes.
 	var open *feeds.OpenBatch
+	var opened time.Time
 	applied, appliedBytes := 0, 0
 	stopping := ctx.Done()
 	// clearBatch empties the batch's slices, keeping its cursor. Cleared,
@@ -189,6 +192,7 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 			if err != nil {
 				return err
 			}
+			opened = in.now()
 		}
 		if err := open.Add(batch); err != nil {
 			open.Rollback()
@@ -330,10 +334,12 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 			queued := len(events)
 			total := applied + len(batch.Changes)
 			switch {
-			case open != nil && queued == 0, in.backlogFull(appliedBytes + batchBytes):
+			case open != nil && queued == 0, in.backlogFull(appliedBytes + batchBytes),
+				open != nil && in.now().Sub(opened) >= in.holdLimit():
 				// The backlog ran dry under an open transaction (committed
 				// now rather than hold the write lock through the wait),
-				// or its batch holds records enough.
+				// or its batch holds records enough, or has held the write
+				// lock long enough.
 				if err := flush(writeCtx, false); err != nil {
 					return err
 				}
@@ -425,6 +431,22 @@ func (in *ingester) full(n, queued, bytes int) bool {
 // 4 GiB. Real posts are well under a KiB, so a catch-up's batches stay at
 // catchup_batch_size.
 const maxBacklogBytes = 4 * maxBatchBytes
+
+// maxBacklogHold bounds how long a backlog's batch applied in parts stays
+// open: it holds the write lock, which other writers (a new viewer's
+// registration, first reads) wait for, and the cursor does not move until
+// it commits. At 10,000 viewers a batch of 60,000 events takes about 6 s;
+// at 100,000 viewers one took over a minute (docs/benchmarks.md,
+// twenty-fifth round), and is now cut here.
+const maxBacklogHold = 10 * time.Second
+
+// holdLimit is backlogHold or its default.
+func (in *ingester) holdLimit() time.Duration {
+	if in.backlogHold > 0 {
+		return in.backlogHold
+	}
+	return maxBacklogHold
+}
 
 // backlogFull says whether a batch applied in parts holds bytes of records
 // enough to commit.

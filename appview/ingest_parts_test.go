@@ -81,7 +81,10 @@ func runBacklog(t *testing.T, in *ingester, events chan jetstream.Event, n int, 
 	var applied []int
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	in.log, in.sweepIdle, in.now = slog.New(slog.DiscardHandler), time.Hour, time.Now
+	in.log, in.sweepIdle = slog.New(slog.DiscardHandler), time.Hour
+	if in.now == nil {
+		in.now = time.Now
+	}
 	in.afterCommit = func(res feeds.BatchResult) {
 		if atCommit != nil {
 			atCommit(len(applied))
@@ -177,5 +180,29 @@ func TestABacklogsFirstPartWaitsOutAForeignWriteLock(t *testing.T) {
 	}
 	if got := store.Cursor().TimeUS; got != t0+backlog-1 {
 		t.Errorf("cursor %d, want the backlog's last event %d", got, t0+backlog-1)
+	}
+}
+
+// A backlog's batch applied in parts is committed once it has been open
+// for its hold limit, whatever its count: it holds the write lock, and the
+// cursor waits for its commit. The clock moves a second each time it is
+// read.
+func TestABacklogsBatchInPartsIsBoundedInTime(t *testing.T) {
+	store := openIndexAllStore(t)
+	const backlog = 200
+	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 20, backlogHold: 3 * time.Second, batchInterval: time.Minute}
+	clock := time.Unix(1_700_000_000, 0)
+	in.now = func() time.Time {
+		clock = clock.Add(time.Second)
+		return clock
+	}
+	applied := runBacklog(t, in, queuedPosts(backlog, shortPost), backlog, nil)
+	if len(applied) < 2 {
+		t.Errorf("batches applied %v, want the backlog cut by time into several", applied)
+	}
+	for _, n := range applied {
+		if n > 100 {
+			t.Errorf("a batch applied %d events, more than five parts", n)
+		}
 	}
 }
