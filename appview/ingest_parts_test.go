@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/internal/writelock"
 	"github.com/atfeeds/appview/jetstream"
@@ -204,5 +206,82 @@ func TestABacklogsBatchInPartsIsBoundedInTime(t *testing.T) {
 		if n > 100 {
 			t.Errorf("a batch applied %d events, more than five parts", n)
 		}
+	}
+}
+
+// A backlog's batch applied in parts commits as soon as an urgent writer in
+// the process (a new viewer's registration, which a getFeed request waits
+// on) waits for the write lock and no part is being applied, and the
+// writer then gets in before the next batch opens: it waits out a part at
+// most, not the whole batch.
+func TestABacklogsBatchMakesWayForAWaitingWriterAtItsNextPart(t *testing.T) {
+	store := openIndexAllStore(t)
+	const backlog = 200
+	registered := make(chan error, 1)
+	consumed := 0
+	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 20, batchInterval: time.Minute}
+	in.consumed = func(*jetstream.Event) {
+		// The 30th event: the first part is applied, its transaction
+		// holds the write lock.
+		if consumed++; consumed != 30 {
+			return
+		}
+		go func() {
+			_, err := store.RegisterViewer(feeds.Urgent(context.Background()), "did:plc:newviewer234567abcdefghi", "following", time.Now())
+			registered <- err
+		}()
+		for !store.WriterWanted() {
+			runtime.Gosched()
+		}
+	}
+	registeredFirst := false
+	applied := runBacklog(t, in, queuedPosts(backlog, shortPost), backlog, func(batch int) {
+		if batch == 1 {
+			select {
+			case err := <-registered:
+				if err != nil {
+					t.Error(err)
+				}
+				registeredFirst = true
+			default:
+			}
+		}
+	})
+	if len(applied) != 2 || applied[0] != 30 || applied[1] != 170 {
+		t.Errorf("batches applied %v, want [30 170]: the open batch committed with the events taken after its first part", applied)
+	}
+	if !registeredFirst {
+		t.Error("the registration had not committed when the next batch did")
+	}
+}
+
+// A write no request waits on (here the last reads of reads already
+// served; in a catch-up, mostly the followee backfills its follows start)
+// does not cut a backlog's batch short: it waits for the commit.
+func TestABacklogsBatchIsNotCutForAWriteNobodyWaitsOn(t *testing.T) {
+	store := openIndexAllStore(t)
+	const backlog = 200
+	viewer := syntax.DID("did:plc:touchedviewer4567abcdefg")
+	if _, err := store.RegisterViewer(context.Background(), viewer, "following", time.Unix(1_700_000_000, 0)); err != nil {
+		t.Fatal(err)
+	}
+	touched := make(chan error, 1)
+	consumed := 0
+	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 20, batchInterval: time.Minute}
+	in.consumed = func(*jetstream.Event) {
+		if consumed++; consumed != 30 {
+			return
+		}
+		go func() {
+			touched <- store.TouchViewers(context.Background(), []feeds.ViewerTouch{{Viewer: viewer, Feed: "following", At: time.Now()}})
+		}()
+		time.Sleep(50 * time.Millisecond) // the touch is waiting for the lock
+	}
+	applied := runBacklog(t, in, queuedPosts(backlog, shortPost), backlog, nil)
+	if len(applied) != 1 || applied[0] != backlog {
+		t.Errorf("batches applied %v, want [%d]: the batch was cut for the touch", applied, backlog)
+	}
+	if err := <-touched; err != nil {
+		t.Fatal(err)
 	}
 }

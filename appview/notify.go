@@ -152,7 +152,8 @@ func (n *notifier) NotifyOfUpdate(ctx context.Context, uris []syntax.ATURI) (xrp
 	}
 	if len(recs) > 0 {
 		// A client that hangs up after the fetch does not abort the write.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), notifyApplyTimeout)
+		// The caller waits on it: a catch-up's batch commits early for it.
+		actx, cancel := context.WithTimeout(feeds.Urgent(context.WithoutCancel(ctx)), notifyApplyTimeout)
 		defer cancel()
 		results, res, err := n.store.ApplyNotified(actx, recs)
 		if errors.Is(err, feeds.ErrWriteBusy) || (err != nil && actx.Err() != nil) {

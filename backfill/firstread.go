@@ -90,7 +90,9 @@ func (s *Service) Ensure(ctx context.Context, viewer syntax.DID, feed, client st
 		}
 	}
 	defer slot.release() // unless a run took it over
-	st, err := s.store.RegisterViewer(ctx, viewer, feed, now)
+	// The request waits on it: a catch-up's batch commits early for it
+	// (feeds.Urgent), as for the run's writes below.
+	st, err := s.store.RegisterViewer(feeds.Urgent(ctx), viewer, feed, now)
 	if err != nil {
 		return fmt.Errorf("register viewer: %w", err)
 	}
@@ -276,7 +278,9 @@ func (s *Service) start(key viewerKey, slot *queueSlot) (*firstRead, error) {
 		// then has the whole of RunTimeout from its claim: time spent
 		// behind other viewers' runs is not charged to it as a timed-out
 		// attempt (TestAQueuedFirstReadGetsItsRunTimeoutFromItsClaim).
-		bg := s.bg
+		// A getFeed request waits on the run (up to FirstReadWait): its
+		// writes do not wait out a catch-up's whole batch (feeds.Urgent).
+		bg := feeds.Urgent(s.bg)
 		queued, cancelQueued := context.WithTimeout(bg, s.cfg.RunTimeout)
 		select {
 		case s.admit.running <- struct{}{}:

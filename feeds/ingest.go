@@ -55,6 +55,7 @@ type OpenBatch struct {
 // ErrWriteBusy before anything is written.
 func (s *Store) BeginBatch(ctx context.Context, backlog bool) (*OpenBatch, error) {
 	start := time.Now()
+	s.makeWay()
 	s.writeMu.Lock()
 	if err := s.setWALMode(ctx, backlog); err != nil {
 		s.writeMu.Unlock()

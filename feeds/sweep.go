@@ -276,6 +276,7 @@ func (s *Store) SweepTick(ctx context.Context, t Tick) (SweepResult, error) {
 		t.Now = time.Now()
 	}
 	locking := time.Now()
+	s.makeWay()
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	var res SweepResult

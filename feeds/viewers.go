@@ -352,9 +352,11 @@ func (s *Store) MergeFollowee(ctx context.Context, viewer, subject syntax.DID, f
 	return rows, err
 }
 
-// write runs fn in one write transaction under writeMu and commits it.
+// write runs fn in one write transaction under writeMu and commits it. A
+// catch-up's open batch commits early for it when ctx is Urgent
+// (writer_wanted.go).
 func (s *Store) write(ctx context.Context, fn func(w *txWriter) error) error {
-	s.writeMu.Lock()
+	s.lockWriter(ctx)
 	defer s.writeMu.Unlock()
 	w, err := s.begin(ctx)
 	if err != nil {

@@ -1,0 +1,81 @@
+package feeds
+
+import (
+	"context"
+	"time"
+)
+
+// A catch-up's batch is one transaction applied in parts (OpenBatch) and
+// holds the write lock from its first part to its commit, up to
+// catchup_batch_size events or ten seconds (appview/ingest.go). The
+// process's other writers wait for all of it. Most can: a followee's
+// backfill, a fetched profile, the last reads of reads already served.
+// Some hold a request: a new viewer's registration and its first read,
+// which getFeed waits on for up to backfill.first_read_wait (3 s) before
+// it serves whatever the feed holds, and a notifyOfUpdate call. Behind a
+// whole batch their writes waited 5.5 s at the median (docs/benchmarks.md,
+// twenty-sixth round), and a first read is several writes in a row.
+//
+// So a request's writes are marked (Urgent): they say they are waiting
+// (lockWriter), and the ingester commits its open batch as soon as the
+// part it is applying is done (WriterWanted). They wait one part at most,
+// about a second at 10,000 viewers, and the batch they cut still holds a
+// part or more. Unmarked writes do not cut batches: the stream's own
+// follows start a followee's backfill for every viewer who follows
+// someone new, and when their writes cut batches, a catch-up's batches
+// fell to one part each.
+//
+// The ingester's own writes (the sweep tick after a commit, a cursor
+// reset) are not counted: they run between its batches anyway. Its next
+// batch and tick make way for the waiting writers first (makeWay).
+
+// urgentKey marks a context whose writes a request waits on.
+type urgentKey struct{}
+
+// Urgent marks ctx's writes as ones a request is waiting on: a catch-up's
+// open batch commits early for them.
+func Urgent(ctx context.Context) context.Context {
+	return context.WithValue(ctx, urgentKey{}, true)
+}
+
+// isUrgent says whether ctx was marked by Urgent.
+func isUrgent(ctx context.Context) bool {
+	v, _ := ctx.Value(urgentKey{}).(bool)
+	return v
+}
+
+// lockWriter takes writeMu for a write under ctx, saying it is waiting
+// when ctx is Urgent.
+func (s *Store) lockWriter(ctx context.Context) {
+	if !isUrgent(ctx) {
+		s.writeMu.Lock()
+		return
+	}
+	s.writersWaiting.Add(1)
+	s.writeMu.Lock()
+	s.writersWaiting.Add(-1)
+}
+
+// WriterWanted says whether an urgent writer in the process is waiting for
+// the write lock: an open catch-up batch (OpenBatch) is to commit without
+// waiting for its next part.
+func (s *Store) WriterWanted() bool {
+	return s.writersWaiting.Load() > 0
+}
+
+// maxMakeWay bounds how long the ingester's next batch or sweep tick waits
+// for the process's waiting writers to take the write lock: writers that
+// keep coming (many viewers' first reads at once) must not hold the
+// stream off.
+const maxMakeWay = 100 * time.Millisecond
+
+// makeWay lets the urgent writers waiting for the lock take it before the
+// ingester does again. sync.Mutex hands its lock to a waiter only once the
+// waiter has waited a millisecond or more; until then the goroutine that
+// unlocked it can take it back first, and a catch-up's next batch, opened
+// right after the commit that made way, often would.
+func (s *Store) makeWay() {
+	for deadline := time.Now().Add(maxMakeWay); s.WriterWanted() && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Microsecond)
+	}
+}
