@@ -152,9 +152,9 @@ type Store struct {
 	// queueing here rather than on the busy timeout keeps it fair and
 	// avoids "database is locked".
 	writeMu sync.Mutex
-	// writersWaiting counts the process's writers waiting for writeMu
-	// (lockWriter): a catch-up's open batch commits at its next part
-	// when one is (WriterWanted).
+	// writersWaiting counts the urgent writers waiting for writeMu
+	// (lockWriter): a catch-up's open batch commits once its current
+	// part is applied when one is (WriterWanted).
 	writersWaiting atomic.Int32
 
 	// actorIDs caches interned DIDs for the writer. Only committed ids

@@ -81,6 +81,10 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 	fmt.Fprintf(b.out, "%-7s %9s %8s %10s %14s %8s\n", "tenth", "events", "seconds", "events/s", "fanout rows/s", "RSS MiB")
 	start := time.Now()
 	b.playlist.Add(replay.Log(main))
+	var probe *writeProbe
+	if b.o.writeProbe > 0 {
+		probe = b.startWriteProbe(ctx, b.o.writeProbe)
+	}
 
 	// The cursor moves a commit at a time, and a catch-up commit (up to
 	// 30,000 frames) can cover more than a tenth of a short stream. A tenth
@@ -149,6 +153,12 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 		}
 		prevCursor, prevC, prevT = cursor, committed, now
 	})
+	if probe != nil {
+		// Stopped as the last tenth is done, before its figures print.
+		if perr := probe.stop(b); perr != nil && err == nil {
+			err = perr
+		}
+	}
 	if err != nil {
 		return res, fmt.Errorf("ingest phase: %w", err)
 	}

@@ -45,6 +45,7 @@ type options struct {
 	tenthProfiles                      string
 	logLevel                           string
 	registered                         bool
+	writeProbe                         time.Duration
 
 	// client mode: the getFeed load generator, run as a child process
 	client    bool
@@ -66,6 +67,7 @@ func main() {
 	flag.StringVar(&o.dir, "dir", "", "directory for the frame logs and the temporary database (default: the system temp dir)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the frame logs and the temporary database")
 	flag.BoolVar(&o.registered, "registered-viewers", false, "run the daemon as deployed by default, index_all off: the viewers are registered, their first reads done, before the seed graph, so only their follows and the posts of accounts they follow are stored (default: index_all, every post stored)")
+	flag.DurationVar(&o.writeProbe, "write-probe", 0, "register a new viewer this often during the timed ingest and print how long each registration took: the wait a first read's writes see behind a catch-up (0: off; it cuts the batches it waits on, so the ingest figures change)")
 	flag.IntVar(&o.batchSize, "batch-size", 0, "override ingest.batch_size (default: the daemon's)")
 	flag.DurationVar(&o.readDuration, "read-duration", 5*time.Second, "how long the getFeed clients measure")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "getFeed client warm-up before measuring")
