@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -48,11 +49,12 @@ func TestIngestPhase(t *testing.T) {
 
 // TestRegisteredViewers: -registered-viewers runs the daemon with
 // index_all off, every viewer registered and complete before the seed
-// graph, so their follows are stored and the fan-out reaches them.
+// graph, so their follows are stored and the fan-out reaches them. The
+// write probe registers new viewers meanwhile and times them.
 func TestRegisteredViewers(t *testing.T) {
 	o := options{
 		accounts: 400, viewers: 40, follows: 10, events: 2000, seed: 1, registered: true,
-		phase: "ingest", dir: t.TempDir(), logLevel: "error", batchSize: 100,
+		phase: "ingest", dir: t.TempDir(), logLevel: "error", batchSize: 100, writeProbe: time.Millisecond,
 	}
 	var out bytes.Buffer
 	if err := run(context.Background(), o, &out); err != nil {
@@ -64,6 +66,9 @@ func TestRegisteredViewers(t *testing.T) {
 	}
 	if strings.Contains(report, "fan-out: 0 rows") || strings.Contains(report, "WARNING") {
 		t.Errorf("no fan-out reached the registered viewers:\n%s", report)
+	}
+	if !regexp.MustCompile(`write probe: [1-9][0-9]* new viewers registered .* p50 [0-9.]+ ms`).MatchString(report) {
+		t.Errorf("no write probe measured:\n%s", report)
 	}
 }
 
