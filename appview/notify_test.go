@@ -1,6 +1,7 @@
 package appview
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -283,5 +284,47 @@ func TestNotifySecretWithSurroundingSpaceIsRefused(t *testing.T) {
 	cfg.Notify.Secret = "a secret with spaces inside"
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("inner spaces: %v", err)
+	}
+}
+
+// A notifyOfUpdate call's write is urgent (feeds.Urgent): its caller waits
+// on it, so it asks a catch-up's open batch, which holds the write lock,
+// to make way, and is applied once the batch lets go.
+func TestANotifiedWriteAsksACatchUpBatchToMakeWay(t *testing.T) {
+	n := newNetwork(t)
+	alice, carol := n.account("alice"), n.account("carol")
+	n.pdsFollow(alice, carol, "3kfollowcarol")
+	cfg := n.config(t)
+	cfg.Notify = NotifyConfig{Enabled: true, Secret: testNotifySecret}
+	td := startDaemon(t, n.js, cfg)
+	td.feed(t, alice) // the first read: alice is a viewer
+	rk := rkeyAt(time.Now())
+	n.pdsText(carol, rk, "hello")
+
+	open, err := td.Store().BeginBatch(context.Background(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string][]string{"uris": {postURI(carol, rk)}})
+	type answer struct {
+		status int
+		body   []byte
+	}
+	done := make(chan answer, 1)
+	go func() {
+		status, body := td.notifyCall(t, testNotifySecret, string(body))
+		done <- answer{status, body}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !td.Store().WriterWanted(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			open.Rollback()
+			t.Fatal("the notified write did not ask the open batch to make way")
+		}
+	}
+	open.Rollback()
+	a := <-done
+	var res xrpc.NotifyResult
+	if err := json.Unmarshal(a.body, &res); err != nil || a.status != http.StatusOK || !slices.Equal(res.Indexed, []string{postURI(carol, rk)}) {
+		t.Fatalf("notify: %d %s", a.status, a.body)
 	}
 }
