@@ -214,26 +214,18 @@ func TestABacklogsBatchInPartsIsBoundedInTime(t *testing.T) {
 // on) waits for the write lock and no part is being applied, and the
 // writer then gets in before the next batch opens: it waits out a part at
 // most, not the whole batch.
-func TestABacklogsBatchMakesWayForAWaitingWriterAtItsNextPart(t *testing.T) {
+func TestABacklogsBatchMakesWayForAnUrgentWriter(t *testing.T) {
 	store := openIndexAllStore(t)
 	const backlog = 200
-	registered := make(chan error, 1)
-	consumed := 0
 	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 20, batchInterval: time.Minute}
-	in.consumed = func(*jetstream.Event) {
-		// The 30th event: the first part is applied, its transaction
-		// holds the write lock.
-		if consumed++; consumed != 30 {
-			return
-		}
-		go func() {
-			_, err := store.RegisterViewer(feeds.Urgent(context.Background()), "did:plc:newviewer234567abcdefghi", "following", time.Now())
-			registered <- err
-		}()
+	registered := writeAtThe30thEvent(in, func() error {
+		_, err := store.RegisterViewer(feeds.Urgent(context.Background()), "did:plc:newviewer234567abcdefghi", "following", time.Now())
+		return err
+	}, func() {
 		for !store.WriterWanted() {
 			runtime.Gosched()
 		}
-	}
+	})
 	registeredFirst := false
 	applied := runBacklog(t, in, queuedPosts(backlog, shortPost), backlog, func(batch int) {
 		if batch == 1 {
@@ -265,18 +257,12 @@ func TestABacklogsBatchIsNotCutForAWriteNobodyWaitsOn(t *testing.T) {
 	if _, err := store.RegisterViewer(context.Background(), viewer, "following", time.Unix(1_700_000_000, 0)); err != nil {
 		t.Fatal(err)
 	}
-	touched := make(chan error, 1)
-	consumed := 0
 	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 20, batchInterval: time.Minute}
-	in.consumed = func(*jetstream.Event) {
-		if consumed++; consumed != 30 {
-			return
-		}
-		go func() {
-			touched <- store.TouchViewers(context.Background(), []feeds.ViewerTouch{{Viewer: viewer, Feed: "following", At: time.Now()}})
-		}()
+	touched := writeAtThe30thEvent(in, func() error {
+		return store.TouchViewers(context.Background(), []feeds.ViewerTouch{{Viewer: viewer, Feed: "following", At: time.Now()}})
+	}, func() {
 		time.Sleep(50 * time.Millisecond) // the touch is waiting for the lock
-	}
+	})
 	applied := runBacklog(t, in, queuedPosts(backlog, shortPost), backlog, nil)
 	if len(applied) != 1 || applied[0] != backlog {
 		t.Errorf("batches applied %v, want [%d]: the batch was cut for the touch", applied, backlog)
@@ -284,4 +270,21 @@ func TestABacklogsBatchIsNotCutForAWriteNobodyWaitsOn(t *testing.T) {
 	if err := <-touched; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// writeAtThe30thEvent starts write in a goroutine when the ingester takes
+// its 30th event (with parts of 20, the first part is applied and its
+// transaction holds the write lock) and holds the ingester until waiting
+// returns. The channel gets write's result.
+func writeAtThe30thEvent(in *ingester, write func() error, waiting func()) chan error {
+	result := make(chan error, 1)
+	consumed := 0
+	in.consumed = func(*jetstream.Event) {
+		if consumed++; consumed != 30 {
+			return
+		}
+		go func() { result <- write() }()
+		waiting()
+	}
+	return result
 }
