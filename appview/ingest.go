@@ -32,10 +32,10 @@ type ingester struct {
 	// partSize is how many events of a backlog's batch are taken off the
 	// queue before they are applied to its open transaction
 	// (feeds.OpenBatch); 0 applies every batch whole. The batch commits at
-	// catchupSize or where the queue runs dry (or, when another writer
+	// catchupSize or where the queue runs dry (or, when an urgent writer
 	// waits, after the part being applied: feeds.Store.WriterWanted),
-	// holding no more than a
-	// part's decoded events, and the consumer's read loop, which waits
+	// holding no more than a part's decoded events, and the consumer's
+	// read loop, which waits
 	// while the queue is full, waits on a part, not on the whole batch
 	// (past jetstream.Config.StallTimeout it steps away from its
 	// connection).
@@ -346,7 +346,7 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 					return err
 				}
 			case open != nil && in.store.WriterWanted():
-				// Another writer waits for the lock (a new viewer's
+				// An urgent writer waits for the lock (a new viewer's
 				// registration, a first read's page): the events taken
 				// since the last part are the batch's last
 				// (feeds/writer_wanted.go). It waited out the part being

@@ -40,7 +40,8 @@ func (s *Store) ApplyBatch(ctx context.Context, b *Batch) (BatchResult, error) {
 //
 // It holds the store's write lock from BeginBatch to Commit or Rollback,
 // so other writers in the process (first reads, the sweep) wait for all
-// of it: fill one only while events are queued.
+// of it: fill one only while events are queued, and commit it early when
+// an urgent writer waits (WriterWanted, writer_wanted.go).
 type OpenBatch struct {
 	s     *Store
 	w     *txWriter
