@@ -35,10 +35,9 @@ type ingester struct {
 	// catchupSize or where the queue runs dry (or, when an urgent writer
 	// waits, after the part being applied: feeds.Store.WriterWanted),
 	// holding no more than a part's decoded events, and the consumer's
-	// read loop, which waits
-	// while the queue is full, waits on a part, not on the whole batch
-	// (past jetstream.Config.StallTimeout it steps away from its
-	// connection).
+	// read loop, which waits while the queue is full, waits on a part, not
+	// on the whole batch (past jetstream.Config.StallTimeout it steps away
+	// from its connection).
 	partSize int
 	// backlogBytes bounds the record bytes of a batch applied in parts;
 	// 0 is maxBacklogBytes. backlogHold bounds how long it stays open; 0
