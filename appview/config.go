@@ -123,11 +123,11 @@ type IngestConfig struct {
 	// It also bounds a live batch whose wait MaxBatchInterval stretched,
 	// which no longer stops at BatchSize. At or below BatchSize (0
 	// included) turns growth off. A backlog's batch is applied to its
-	// transaction in parts of 8,192 events as they are taken off the
-	// queue, and committed once (after 10 s open at most, or after the
-	// part being applied when a first read waits to write): the batch holds
-	// no more than a part in memory, and the consumer's read loop waits on
-	// a part at a time.
+	// transaction in parts of about a second's work (8,192 events at
+	// most) as they are taken off the queue, and committed once (after
+	// 10 s open at most, or after the part being applied when a first read
+	// waits to write): the batch holds no more than a part in memory, and
+	// the consumer's read loop waits on a part at a time.
 	CatchupBatchSize int `yaml:"catchup_batch_size"`
 	// IndexAll makes every account whose follows are stored a viewer.
 	IndexAll bool `yaml:"index_all"`

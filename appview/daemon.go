@@ -197,6 +197,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		batchSize:     cfg.Ingest.BatchSize,
 		catchupSize:   cfg.Ingest.CatchupBatchSize,
 		partSize:      catchupPartSize,
+		partTime:      catchupPartTime,
 		batchInterval: cfg.Ingest.BatchInterval,
 		maxInterval:   cfg.Ingest.MaxBatchInterval,
 		log:           log.With("component", "ingest"),

@@ -39,6 +39,11 @@ type ingester struct {
 	// on the whole batch (past jetstream.Config.StallTimeout it steps away
 	// from its connection).
 	partSize int
+	// partTime, when set, is how long a part should take to apply: each
+	// part's size follows from the last one's time (adaptPart), up to
+	// partSize. partLimit is the next part's size (0: partSize).
+	partTime  time.Duration
+	partLimit int
 	// backlogBytes bounds the record bytes of a batch applied in parts;
 	// 0 is maxBacklogBytes. backlogHold bounds how long it stays open; 0
 	// is maxBacklogHold.
@@ -195,11 +200,13 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 			}
 			opened = in.now()
 		}
+		started := in.now()
 		if err := open.Add(batch); err != nil {
 			open.Rollback()
 			open = nil
 			return fmt.Errorf("ingest batch: %w", notBusy(err))
 		}
+		in.adaptPart(len(batch.Changes), in.now().Sub(started))
 		applied += len(batch.Changes)
 		appliedBytes += batchBytes
 		clearBatch()
@@ -469,9 +476,35 @@ func (in *ingester) backlogFull(bytes int) bool {
 }
 
 // catchupPartSize is the daemon's partSize: a backlog's batch of 60,000
-// events is applied in parts of 8,192, each about a second of the writer's
-// time, so the read loop's queue never waits on a whole batch.
+// events is applied in parts of 8,192 at most, so the read loop's queue
+// never waits on a whole batch.
 const catchupPartSize = 8192
+
+// catchupPartTime is the daemon's partTime. At 10,000 viewers a part of
+// 8,192 events applies in about a second; at 100,000 viewers it took
+// about 11 s, and the read loop, waiting on it past its 3 s stall timeout,
+// stepped away from its connection 111 times in a 1M-event catch-up and
+// was sent 1.17M frames again (docs/benchmarks.md, twenty-sixth round).
+// A part of about a second also bounds what an urgent writer waits
+// (feeds.Store.WriterWanted) and how far past maxBacklogHold a batch runs.
+const catchupPartTime = time.Second
+
+// minPartSize bounds how small adaptPart makes a part.
+const minPartSize = 256
+
+// adaptPart sizes the next part of a backlog's batch from the last one,
+// of n events applied in took: partTime's worth at that pace, between
+// minPartSize and partSize.
+func (in *ingester) adaptPart(n int, took time.Duration) {
+	if in.partTime <= 0 || n <= 0 {
+		return
+	}
+	next := in.partSize
+	if took > 0 {
+		next = int(min(int64(in.partSize), int64(n)*int64(in.partTime)/int64(took)))
+	}
+	in.partLimit = max(next, min(minPartSize, in.partSize))
+}
 
 // partFull says whether the changes a backlog's batch holds are to be
 // applied to its open transaction now: a part's worth (or maxBatchBytes of
@@ -482,7 +515,11 @@ func (in *ingester) partFull(b *feeds.Batch, queued, total, bytes int) bool {
 	if in.partSize <= 0 || !b.Backlog || queued == 0 || total >= max(in.catchupSize, in.batchSize) {
 		return false
 	}
-	return len(b.Changes) >= in.partSize || bytes >= maxBatchBytes
+	limit := in.partSize
+	if in.partLimit > 0 {
+		limit = in.partLimit
+	}
+	return len(b.Changes) >= limit || bytes >= maxBatchBytes
 }
 
 // notBusy keeps an error met inside an open transaction from reading as

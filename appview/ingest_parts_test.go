@@ -288,3 +288,68 @@ func writeAtThe30thEvent(in *ingester, write func() error, waiting func()) chan 
 	}
 	return result
 }
+
+// A backlog's parts are sized by time when partTime is set: a part that
+// took ten times its time makes the next a tenth of its size, a fast one
+// lets the next grow back to partSize, and none falls under minPartSize.
+func TestABacklogsPartsAreSizedByTheirTime(t *testing.T) {
+	in := &ingester{batchSize: 100, catchupSize: 60000, partSize: 8192, partTime: time.Second}
+	b := &feeds.Batch{Backlog: true}
+	changes := make([]feeds.Change, in.partSize)
+	limit := func() int {
+		for n := 1; ; n++ {
+			b.Changes = changes[:n]
+			if in.partFull(b, 1, n, 0) {
+				return n
+			}
+		}
+	}
+	if got := limit(); got != 8192 {
+		t.Fatalf("first part of %d events, want partSize 8192", got)
+	}
+	for _, step := range []struct {
+		n    int
+		took time.Duration
+		want int
+	}{
+		{8192, 10 * time.Second, 819}, // 100,000 viewers: a part took 10 s
+		{819, time.Second, 819},
+		{819, 100 * time.Millisecond, 8190},
+		{8190, time.Millisecond, 8192}, // capped at partSize
+		{8192, time.Hour, minPartSize}, // floored
+		{minPartSize, 0, 8192},         // too fast to time
+	} {
+		in.adaptPart(step.n, step.took)
+		if got := limit(); got != step.want {
+			t.Errorf("after a part of %d events in %s, the next holds %d, want %d", step.n, step.took, got, step.want)
+		}
+	}
+	in.partTime = 0
+	in.partLimit = 0
+	in.adaptPart(8192, time.Hour)
+	if got := limit(); got != 8192 {
+		t.Errorf("without partTime a part holds %d, want partSize", got)
+	}
+}
+
+// Each part applied to a backlog's batch sizes the next: here the clock
+// moves 10 s each time it is read, so a part of 1,000 events takes 10 s
+// and the next is cut to minPartSize.
+func TestABacklogsSlowPartShrinksTheNext(t *testing.T) {
+	store := openIndexAllStore(t)
+	const backlog = 3000
+	in := &ingester{store: store, batchSize: 10, catchupSize: 10000, partSize: 1000, partTime: time.Second,
+		backlogHold: time.Duration(1 << 62), batchInterval: time.Minute}
+	clock := time.Unix(1_700_000_000, 0)
+	in.now = func() time.Time {
+		clock = clock.Add(10 * time.Second)
+		return clock
+	}
+	applied := runBacklog(t, in, queuedPosts(backlog, shortPost), backlog, nil)
+	if total(applied) != backlog {
+		t.Fatalf("batches applied %v", applied)
+	}
+	if in.partLimit != minPartSize {
+		t.Errorf("after parts of 10 s the next part holds %d events, want %d", in.partLimit, minPartSize)
+	}
+}
