@@ -14,8 +14,9 @@ type Metrics struct {
 	changes      *prometheus.CounterVec
 	feedRows     *prometheus.CounterVec
 	cursorTimeUS prometheus.Gauge
-	sweep        *sweepMetrics  // sweep_metrics.go
-	cursor       *cursorMetrics // metrics_cursor.go
+	sweep        *sweepMetrics     // sweep_metrics.go
+	cursor       *cursorMetrics    // metrics_cursor.go
+	writeWait    *writeWaitMetrics // metrics_write_wait.go
 	walRestarts  prometheus.Counter
 	writeBusy    prometheus.Counter
 	fields       *fieldMetrics       // metrics_fields.go
@@ -75,6 +76,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.sweep = newSweepMetrics(reg)
 	m.cursor = newCursorMetrics(reg)
+	m.writeWait = newWriteWaitMetrics(reg)
 	m.fields = newFieldMetrics(reg)
 	m.recordCache = newRecordCacheMetrics(reg)
 	return m

@@ -45,15 +45,19 @@ func isUrgent(ctx context.Context) bool {
 }
 
 // lockWriter takes writeMu for a write under ctx, saying it is waiting
-// when ctx is Urgent.
+// when ctx is Urgent, and times the wait
+// (appview_database_write_lock_wait_seconds).
 func (s *Store) lockWriter(ctx context.Context) {
-	if !isUrgent(ctx) {
-		s.writeMu.Lock()
-		return
+	start := time.Now()
+	urgent := isUrgent(ctx)
+	if urgent {
+		s.writersWaiting.Add(1)
 	}
-	s.writersWaiting.Add(1)
 	s.writeMu.Lock()
-	s.writersWaiting.Add(-1)
+	if urgent {
+		s.writersWaiting.Add(-1)
+	}
+	s.metrics.observeWriteWait(urgent, time.Since(start))
 }
 
 // WriterWanted says whether an urgent writer in the process is waiting for
