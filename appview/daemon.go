@@ -216,6 +216,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		now:             time.Now,
 	}
 	registerBatchInterval(reg, ingest)
+	registerBatchCuts(reg, ingest)
 	built = true
 	return &Daemon{
 		cfg:           cfg,

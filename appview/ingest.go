@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/atfeeds/appview/failpoint"
 	"github.com/atfeeds/appview/feeds"
@@ -44,6 +45,9 @@ type ingester struct {
 	// partSize. partLimit is the next part's size (0: partSize).
 	partTime  time.Duration
 	partLimit int
+	// cutForWriters counts the backlog's batches committed early for an
+	// urgent writer (nil: not counted).
+	cutForWriters prometheus.Counter
 	// backlogBytes bounds the record bytes of a batch applied in parts;
 	// 0 is maxBacklogBytes. backlogHold bounds how long it stays open; 0
 	// is maxBacklogHold.
@@ -359,6 +363,9 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 				// applied when it came, not the next one too.
 				if err := flush(writeCtx, false); err != nil {
 					return err
+				}
+				if in.cutForWriters != nil {
+					in.cutForWriters.Inc()
 				}
 			case in.partFull(batch, queued, total, batchBytes):
 				if err := applyPart(writeCtx); err != nil {

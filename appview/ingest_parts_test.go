@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/internal/writelock"
@@ -218,6 +220,7 @@ func TestABacklogsBatchMakesWayForAnUrgentWriter(t *testing.T) {
 	store := openIndexAllStore(t)
 	const backlog = 200
 	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 20, batchInterval: time.Minute}
+	registerBatchCuts(prometheus.NewRegistry(), in)
 	registered := writeAtThe30thEvent(in, func() error {
 		_, err := store.RegisterViewer(feeds.Urgent(context.Background()), "did:plc:newviewer234567abcdefghi", "following", time.Now())
 		return err
@@ -245,6 +248,9 @@ func TestABacklogsBatchMakesWayForAnUrgentWriter(t *testing.T) {
 	if !registeredFirst {
 		t.Error("the registration had not committed when the next batch did")
 	}
+	if got := testutil.ToFloat64(in.cutForWriters); got != 1 {
+		t.Errorf("appview_ingest_batches_cut_total = %v, want 1", got)
+	}
 }
 
 // A write no request waits on (here the last reads of reads already
@@ -258,6 +264,7 @@ func TestABacklogsBatchIsNotCutForAWriteNobodyWaitsOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 20, batchInterval: time.Minute}
+	registerBatchCuts(prometheus.NewRegistry(), in)
 	touched := writeAtThe30thEvent(in, func() error {
 		return store.TouchViewers(context.Background(), []feeds.ViewerTouch{{Viewer: viewer, Feed: "following", At: time.Now()}})
 	}, func() {
@@ -266,6 +273,9 @@ func TestABacklogsBatchIsNotCutForAWriteNobodyWaitsOn(t *testing.T) {
 	applied := runBacklog(t, in, queuedPosts(backlog, shortPost), backlog, nil)
 	if len(applied) != 1 || applied[0] != backlog {
 		t.Errorf("batches applied %v, want [%d]: the batch was cut for the touch", applied, backlog)
+	}
+	if got := testutil.ToFloat64(in.cutForWriters); got != 0 {
+		t.Errorf("appview_ingest_batches_cut_total = %v, want 0", got)
 	}
 	if err := <-touched; err != nil {
 		t.Fatal(err)

@@ -51,3 +51,14 @@ func registerBatchInterval(reg prometheus.Registerer, in *ingester) {
 		Help: "How long the next live batch gathers events before it is committed: ingest.batch_interval, stretched up to ingest.max_batch_interval while the writer is busy.",
 	}, func() float64 { return in.currentInterval().Seconds() }))
 }
+
+// registerBatchCuts counts the catch-up batches cut short for a write a
+// request waits on (feeds/writer_wanted.go): how often new viewers and
+// notifyOfUpdate cost a catch-up a commit.
+func registerBatchCuts(reg prometheus.Registerer, in *ingester) {
+	in.cutForWriters = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "appview", Subsystem: "ingest", Name: "batches_cut_total",
+		Help: "Catch-up batches committed before their size or time bound because a write a request waits on (a new viewer's registration or first read, notifyOfUpdate) wanted the write lock.",
+	})
+	reg.MustRegister(in.cutForWriters)
+}
