@@ -514,6 +514,10 @@ type accountRun struct {
 	// page): it lists the account itself
 	// (TestAJoinerOfAListingThatFoundNoFollowerListsItItself).
 	noFollower bool
+	// urgency marks the run's writes (its pages) urgent once a first
+	// read, which a getFeed request waits on, runs or joins it; a
+	// followee's backfill alone does not (feeds.Shared).
+	urgency *feeds.Urgency
 }
 
 // ensureAccount fetches an account's newest targets of one collection
@@ -527,13 +531,17 @@ func (s *Service) ensureAccount(ctx context.Context, account syntax.DID, coll sy
 	for {
 		s.mu.Lock()
 		r, ok := s.accounts[key]
+		var runCtx context.Context
 		if !ok {
 			r = &accountRun{done: make(chan struct{})}
+			runCtx, r.urgency = feeds.Shared(ctx)
 			s.accounts[key] = r
+		} else {
+			r.urgency.RaiseFor(ctx)
 		}
 		s.mu.Unlock()
 		if !ok {
-			return s.ownAccountRun(ctx, key, r)
+			return s.ownAccountRun(runCtx, key, r)
 		}
 		select {
 		case <-r.done:

@@ -2,6 +2,7 @@ package feeds
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,7 +21,8 @@ import (
 // (lockWriter), and the ingester commits its open batch as soon as the
 // part it is applying is done (WriterWanted). They wait one part at most,
 // about a second at 10,000 viewers, and the batch they cut still holds a
-// part or more. Unmarked writes do not cut batches: the stream's own
+// part or more. A listing a followee's backfill started is marked when a
+// first read joins it (Shared). Unmarked writes do not cut batches: the stream's own
 // follows start a followee's backfill for every viewer who follows
 // someone new, and when their writes cut batches, a catch-up's batches
 // fell to one part each.
@@ -29,19 +31,54 @@ import (
 // reset) are not counted: they run between its batches anyway. Its next
 // batch and tick make way for the waiting writers first (makeWay).
 
-// urgentKey marks a context whose writes a request waits on.
+// urgentKey marks a context whose writes a request waits on, or may come
+// to wait on (an *Urgency).
 type urgentKey struct{}
+
+// Urgency marks the writes of a run a request may join after it began:
+// backfill's listing of an account, started for a followee's backfill
+// (which no request waits on) and joined by a new viewer's first read
+// (which getFeed waits on). Its writes are urgent from the time it is
+// raised: one already waiting for the lock then waits as it began, the
+// next ones cut a catch-up's batch.
+type Urgency struct{ raised atomic.Bool }
+
+// urgent is the Urgency of every context marked by Urgent.
+var urgent = func() *Urgency {
+	u := &Urgency{}
+	u.raised.Store(true)
+	return u
+}()
 
 // Urgent marks ctx's writes as ones a request is waiting on: a catch-up's
 // open batch commits early for them.
 func Urgent(ctx context.Context) context.Context {
-	return context.WithValue(ctx, urgentKey{}, true)
+	return context.WithValue(ctx, urgentKey{}, urgent)
 }
 
-// isUrgent says whether ctx was marked by Urgent.
+// Shared marks ctx's writes with a new Urgency for a run others may join,
+// raised at once if ctx is Urgent.
+func Shared(ctx context.Context) (context.Context, *Urgency) {
+	u := &Urgency{}
+	u.RaiseFor(ctx)
+	return context.WithValue(ctx, urgentKey{}, u), u
+}
+
+// RaiseFor raises u if ctx is Urgent: a request joined the run u marks.
+func (u *Urgency) RaiseFor(ctx context.Context) {
+	if isUrgent(ctx) {
+		u.raised.Store(true)
+	}
+}
+
+// Raised says whether u's writes are urgent.
+func (u *Urgency) Raised() bool { return u.raised.Load() }
+
+// isUrgent says whether ctx's writes are urgent (Urgent, or Shared and
+// raised).
 func isUrgent(ctx context.Context) bool {
-	v, _ := ctx.Value(urgentKey{}).(bool)
-	return v
+	u, _ := ctx.Value(urgentKey{}).(*Urgency)
+	return u != nil && u.Raised()
 }
 
 // lockWriter takes writeMu for a write under ctx, saying it is waiting
