@@ -22,10 +22,10 @@ import (
 // part it is applying is done (WriterWanted). They wait one part at most,
 // about a second at 10,000 viewers, and the batch they cut still holds a
 // part or more. A listing a followee's backfill started is marked when a
-// first read joins it (Shared). Unmarked writes do not cut batches: the stream's own
-// follows start a followee's backfill for every viewer who follows
-// someone new, and when their writes cut batches, a catch-up's batches
-// fell to one part each.
+// first read joins it (Shared). Unmarked writes do not cut batches: the
+// stream's own follows start a followee's backfill for every viewer who
+// follows someone new, and when their writes cut batches, a catch-up's
+// batches fell to one part each.
 //
 // The ingester's own writes (the sweep tick after a commit, a cursor
 // reset) are not counted: they run between its batches anyway. Its next
