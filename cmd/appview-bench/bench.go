@@ -37,6 +37,8 @@ type bench struct {
 
 	gen    generated
 	stream *workload.Stream // the main stream, positioned after the logged frames
+
+	network *probeNetwork // the first-read probe's PLC and PDS, when it runs
 }
 
 func newBench(o options, out io.Writer) (*bench, error) {
@@ -171,6 +173,10 @@ func (b *bench) start(ctx context.Context, playlist *replay.Playlist) error {
 	b.server = srv
 	b.cfg = b.daemonConfig()
 	b.cfg.Jetstream.URLs = []string{srv.URL()}
+	if b.o.firstReadProbe > 0 {
+		b.network = newProbeNetwork()
+		b.network.configure(&b.cfg)
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -214,6 +220,10 @@ func (b *bench) shutdown() {
 		fmt.Fprintln(os.Stderr, "daemon close:", err)
 	}
 	b.server.Close()
+	if b.network != nil {
+		b.network.close()
+		b.network = nil
+	}
 	b.daemon = nil
 }
 

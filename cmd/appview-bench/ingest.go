@@ -85,6 +85,10 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 	if b.o.writeProbe > 0 {
 		probe = b.startWriteProbe(ctx, b.o.writeProbe)
 	}
+	var firstReads *firstReadProbe
+	if b.o.firstReadProbe > 0 {
+		firstReads = b.startFirstReadProbe(ctx, b.o.firstReadProbe)
+	}
 
 	// The cursor moves a commit at a time, and a catch-up commit (up to
 	// 30,000 frames) can cover more than a tenth of a short stream. A tenth
@@ -156,6 +160,11 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 	if probe != nil {
 		// Stopped as the last tenth is done, before its figures print.
 		if perr := probe.stop(b); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	if firstReads != nil {
+		if perr := firstReads.stop(b); perr != nil && err == nil {
 			err = perr
 		}
 	}

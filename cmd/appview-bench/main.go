@@ -46,6 +46,7 @@ type options struct {
 	logLevel                           string
 	registered                         bool
 	writeProbe                         time.Duration
+	firstReadProbe                     time.Duration
 
 	// client mode: the getFeed load generator, run as a child process
 	client    bool
@@ -67,6 +68,7 @@ func main() {
 	flag.StringVar(&o.dir, "dir", "", "directory for the frame logs and the temporary database (default: the system temp dir)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the frame logs and the temporary database")
 	flag.BoolVar(&o.registered, "registered-viewers", false, "run the daemon as deployed by default, index_all off: the viewers are registered, their first reads done, before the seed graph, so only their follows and the posts of accounts they follow are stored (default: index_all, every post stored)")
+	flag.DurationVar(&o.firstReadProbe, "first-read-probe", 0, "ask getFeed for a new viewer's first page this often during the timed ingest (50 follows on a loopback PDS) and print how long each answer took and how many were full (0: off; its writes cut the batches they wait on, so the ingest figures change)")
 	flag.DurationVar(&o.writeProbe, "write-probe", 0, "register a new viewer this often during the timed ingest and print how long each registration took: the wait a first read's writes see behind a catch-up (0: off; it cuts the batches it waits on, so the ingest figures change)")
 	flag.IntVar(&o.batchSize, "batch-size", 0, "override ingest.batch_size (default: the daemon's)")
 	flag.DurationVar(&o.readDuration, "read-duration", 5*time.Second, "how long the getFeed clients measure")

@@ -50,11 +50,13 @@ func TestIngestPhase(t *testing.T) {
 // TestRegisteredViewers: -registered-viewers runs the daemon with
 // index_all off, every viewer registered and complete before the seed
 // graph, so their follows are stored and the fan-out reaches them. The
-// write probe registers new viewers meanwhile and times them.
+// write probe registers new viewers meanwhile and times them; the
+// first-read probe reads new viewers' first pages.
 func TestRegisteredViewers(t *testing.T) {
 	o := options{
 		accounts: 400, viewers: 40, follows: 10, events: 2000, seed: 1, registered: true,
 		phase: "ingest", dir: t.TempDir(), logLevel: "error", batchSize: 100, writeProbe: time.Millisecond,
+		firstReadProbe: time.Millisecond,
 	}
 	var out bytes.Buffer
 	if err := run(context.Background(), o, &out); err != nil {
@@ -69,6 +71,13 @@ func TestRegisteredViewers(t *testing.T) {
 	}
 	if !regexp.MustCompile(`write probe: [1-9][0-9]* new viewers registered .* p50 [0-9.]+ ms`).MatchString(report) {
 		t.Errorf("no write probe measured:\n%s", report)
+	}
+	// Every probe viewer's first read lists 50 followees with 5 posts each
+	// from the loopback PDS, and getFeed waits for it (first_read_wait 3
+	// s): its first page of 50 is full.
+	m := regexp.MustCompile(`first-read probe: ([1-9][0-9]*) new viewers .* (\d+) full; answered in p50 [0-9.]+ ms`).FindStringSubmatch(report)
+	if m == nil || m[1] != m[2] {
+		t.Errorf("first-read probe: want every first page read and full:\n%s", report)
 	}
 }
 

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/appview"
+	"github.com/atfeeds/appview/directory/plctest"
+	"github.com/atfeeds/appview/pds/pdstest"
+	"github.com/atfeeds/appview/workload"
+)
+
+// A first-read probe asks for a new viewer's feed at a steady interval
+// while the timed ingest runs, through getFeed over HTTP as an app would,
+// and times each answer and counts its items. It measures the product's
+// promise under a catch-up: the first page is full when getFeed answers,
+// within backfill.first_read_wait. Each new viewer follows
+// firstReadFollows accounts of the workload, chosen at random, and has its
+// follows on a fake PDS on loopback (pdstest), found through a fake PLC
+// directory (plctest); so do the accounts it follows, each with
+// firstReadPosts posts. The first read lists all of them, writing its
+// pages behind the catch-up's batches, which its writes cut short
+// (feeds.Urgent), so the run's ingest figures are not an unprobed run's.
+const (
+	firstReadFollows = 50
+	firstReadPosts   = 5
+	firstReadLimit   = 50
+)
+
+// probeNetwork is the fake PLC directory and PDS of the first-read probe.
+type probeNetwork struct {
+	plc *plctest.Server
+	pds *pdstest.Server
+	// posted: the workload accounts whose posts are on the PDS already.
+	posted map[int]bool
+}
+
+func newProbeNetwork() *probeNetwork {
+	return &probeNetwork{plc: plctest.NewServer(), pds: pdstest.NewServer(), posted: map[int]bool{}}
+}
+
+// configure points the daemon's directory at the fake PLC, and lets the
+// DID documents aim it at the loopback PDS.
+func (n *probeNetwork) configure(cfg *appview.Config) {
+	cfg.Identity.PLCURL = n.plc.URL()
+	cfg.Identity.HandleResolverURL = n.plc.URL()
+	cfg.Identity.AllowPrivateNetworks = true
+}
+
+func (n *probeNetwork) close() {
+	n.plc.Close()
+	n.pds.Close()
+}
+
+// addViewer puts a new viewer on the network, following accounts of the
+// workload picked by rng, and returns its DID.
+func (n *probeNetwork) addViewer(i int, accounts int, rng *rand.Rand, now time.Time) syntax.DID {
+	viewer := syntax.DID(fmt.Sprintf("did:plc:firstreadprobe%010d", i))
+	n.add(viewer)
+	for k := range firstReadFollows {
+		a := rng.IntN(accounts)
+		followee := syntax.DID(workload.AccountDID(a))
+		if !n.posted[a] {
+			n.posted[a] = true
+			n.add(followee)
+			for p := range firstReadPosts {
+				at := now.Add(-time.Duration(p+1) * time.Minute)
+				n.pds.AddRecord(followee, "app.bsky.feed.post", tidAt(at, a),
+					fmt.Sprintf(`{"$type":"app.bsky.feed.post","text":"from the pds","createdAt":%q}`, at.UTC().Format(time.RFC3339)))
+			}
+		}
+		n.pds.AddRecord(viewer, "app.bsky.graph.follow", tidAt(now, i*firstReadFollows+k),
+			fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q,"createdAt":%q}`, followee, now.UTC().Format(time.RFC3339)))
+	}
+	return viewer
+}
+
+func (n *probeNetwork) add(did syntax.DID) {
+	n.plc.Add(did, "", n.pds.URL())
+	n.pds.AddRepo(did)
+}
+
+// tidAt is a record key of time at, told apart by clock id n.
+func tidAt(at time.Time, n int) syntax.RecordKey {
+	return syntax.RecordKey(syntax.NewTIDFromTime(at, uint(n%1024)))
+}
+
+type firstReadProbe struct {
+	stopping chan struct{}
+	done     sync.WaitGroup
+	answers  []firstReadAnswer
+	err      error
+}
+
+type firstReadAnswer struct {
+	took  time.Duration
+	items int
+}
+
+// startFirstReadProbe reads a new viewer's first page at once and then
+// every interval until stop, one at a time. A read under way when stop
+// comes is waited for: every probe started is measured.
+func (b *bench) startFirstReadProbe(ctx context.Context, every time.Duration) *firstReadProbe {
+	p := &firstReadProbe{stopping: make(chan struct{})}
+	client := &http.Client{Timeout: b.cfg.Backfill.FirstReadWait + 30*time.Second}
+	rng := rand.New(rand.NewPCG(b.o.seed, 7))
+	p.done.Add(1)
+	go func() {
+		defer p.done.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			viewer := b.network.addViewer(i, b.o.accounts, rng, time.Now())
+			a, err := b.readFirstPage(ctx, client, viewer)
+			if err != nil {
+				if ctx.Err() == nil {
+					p.err = fmt.Errorf("first page of probe viewer %s: %w", viewer, err)
+				}
+				return
+			}
+			p.answers = append(p.answers, a)
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.stopping:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return p
+}
+
+// readFirstPage asks for viewer's first page and times the answer.
+func (b *bench) readFirstPage(ctx context.Context, client *http.Client, viewer syntax.DID) (firstReadAnswer, error) {
+	q := url.Values{"feed": {b.cfg.Feeds[0].Name}, "actor": {viewer.String()}, "limit": {fmt.Sprint(firstReadLimit)}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"/xrpc/"+b.cfg.XRPC.Namespace+".getFeed?"+q.Encode(), nil)
+	if err != nil {
+		return firstReadAnswer{}, err
+	}
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return firstReadAnswer{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	took := time.Since(start)
+	if err != nil {
+		return firstReadAnswer{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return firstReadAnswer{}, fmt.Errorf("%s: %.200s", resp.Status, body)
+	}
+	var page struct {
+		Records []json.RawMessage `json:"records"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil {
+		return firstReadAnswer{}, err
+	}
+	return firstReadAnswer{took: took, items: len(page.Records)}, nil
+}
+
+// stop ends the probe and prints what it measured.
+func (p *firstReadProbe) stop(b *bench) error {
+	close(p.stopping)
+	p.done.Wait()
+	if p.err != nil {
+		return p.err
+	}
+	if len(p.answers) == 0 {
+		fmt.Fprintln(b.out, "first-read probe: no first page read")
+		return nil
+	}
+	took := make([]time.Duration, len(p.answers))
+	full := 0
+	for i, a := range p.answers {
+		took[i] = a.took
+		if a.items >= firstReadLimit {
+			full++
+		}
+	}
+	slices.Sort(took)
+	ms := func(q float64) float64 {
+		return float64(took[min(len(took)-1, int(q*float64(len(took))))].Microseconds()) / 1000
+	}
+	fmt.Fprintf(b.out, "first-read probe: %d new viewers (%d follows, %d posts each on a loopback PDS) read their first page of %d during the timed ingest: %d full; answered in p50 %.1f ms, p90 %.1f ms, max %.1f ms (first_read_wait %s)\n",
+		len(took), firstReadFollows, firstReadPosts, firstReadLimit, full, ms(0.5), ms(0.9), float64(took[len(took)-1].Microseconds())/1000, b.cfg.Backfill.FirstReadWait)
+	return nil
+}
