@@ -35,6 +35,28 @@ type ingestResult struct {
 	stepAways     float64
 	walRestarts   float64 // RESTART checkpoints during the timed ingest
 	batches       float64 // transactions committed by the ingester during it
+	// Of those, the batches cut short for a request's write, and the
+	// writes other than the ingester's that waited for the lock, by
+	// writer (request, background): how many, and their waits in all.
+	batchesCut float64
+	lockWaits  map[string]lockWait
+}
+
+// lockWait sums appview_database_write_lock_wait_seconds of one writer.
+type lockWait struct{ count, seconds float64 }
+
+// lockWriters are the writer label's values.
+var lockWriters = []string{"request", "background"}
+
+func lockWaitsOf(m metrics) map[string]lockWait {
+	out := map[string]lockWait{}
+	for _, w := range lockWriters {
+		out[w] = lockWait{
+			count:   m.sum(`appview_database_write_lock_wait_seconds_count{writer="` + w + `"}`),
+			seconds: m.sum(`appview_database_write_lock_wait_seconds_sum{writer="` + w + `"}`),
+		}
+	}
+	return out
 }
 
 // ingestPhase plays the seed graph (not timed), then the main stream, and
@@ -74,6 +96,8 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 	restarts0 := metrics.sum(`appview_database_wal_restarts_total`)
 	batches0 := metrics.sum(`appview_ingest_batches_total`)
 	stepAways0 := metrics.sum(`appview_jetstream_step_aways_total`)
+	cut0 := metrics.sum(`appview_ingest_batches_cut_total`)
+	waits0 := lockWaitsOf(metrics)
 	connections0 := b.server.Connections()
 	replayed0, gaps0 := b.server.Replayed(), b.server.Gaps()
 	lastFanout, lastT := fanout0, 0.0
@@ -181,6 +205,11 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 		res.walRestarts = m.sum(`appview_database_wal_restarts_total`) - restarts0
 		res.stepAways = m.sum(`appview_jetstream_step_aways_total`) - stepAways0
 		res.batches = m.sum(`appview_ingest_batches_total`) - batches0
+		res.batchesCut = m.sum(`appview_ingest_batches_cut_total`) - cut0
+		res.lockWaits = lockWaitsOf(m)
+		for w, v := range res.lockWaits {
+			res.lockWaits[w] = lockWait{v.count - waits0[w].count, v.seconds - waits0[w].seconds}
+		}
 	}
 	res.peakRSS = procStatus("VmHWM")
 	res.reconnections = b.server.Connections() - connections0
@@ -201,6 +230,13 @@ func (b *bench) printIngest(res ingestResult) {
 	if res.batches > 0 {
 		fmt.Fprintf(b.out, "batches committed during the timed ingest: %.0f, %.0f events each on average (appview_ingest_batches_total)\n",
 			res.batches, float64(res.events)/res.batches)
+		fmt.Fprintf(b.out, "  %.0f of them cut short for a request's write (appview_ingest_batches_cut_total)\n", res.batchesCut)
+	}
+	for _, w := range lockWriters {
+		if v := res.lockWaits[w]; v.count > 0 {
+			fmt.Fprintf(b.out, "%s writes beside the ingester's: %.0f, waiting %.0f ms for the write lock on average (appview_database_write_lock_wait_seconds{writer=%q})\n",
+				w, v.count, 1000*v.seconds/v.count, w)
+		}
 	}
 	if res.reconnections > 0 {
 		// The daemon steps away from its connection while its queue stays

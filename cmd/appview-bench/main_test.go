@@ -79,6 +79,10 @@ func TestRegisteredViewers(t *testing.T) {
 	if m == nil || m[1] != m[2] {
 		t.Errorf("first-read probe: want every first page read and full:\n%s", report)
 	}
+	// The probes' writes are a request's, and were timed.
+	if !regexp.MustCompile(`request writes beside the ingester's: [1-9][0-9]*, waiting [0-9]+ ms`).MatchString(report) {
+		t.Errorf("no request write's wait for the lock reported:\n%s", report)
+	}
 }
 
 // TestTenthProfiles: -tenth-profiles writes one CPU profile per tenth of
