@@ -45,6 +45,9 @@ type ingester struct {
 	// partSize. partLimit is the next part's size (0: partSize).
 	partTime  time.Duration
 	partLimit int
+	// urgentUntil: a batch was cut for an urgent writer, and until then
+	// parts take urgentPartTime (partTimeNow).
+	urgentUntil time.Time
 	// cutForWriters counts the backlog's batches committed early for an
 	// urgent writer (nil: not counted).
 	cutForWriters prometheus.Counter
@@ -367,6 +370,7 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 				if in.cutForWriters != nil {
 					in.cutForWriters.Inc()
 				}
+				in.urgentCut()
 			case in.partFull(batch, queued, total, batchBytes):
 				if err := applyPart(writeCtx); err != nil {
 					return err
@@ -499,8 +503,42 @@ const catchupPartTime = time.Second
 // minPartSize bounds how small adaptPart makes a part.
 const minPartSize = 256
 
+// A first read is several urgent writes in a row (its registration, its
+// claim, its listings' pages, its completion), and each one that comes
+// while a part is being applied waits for that part and the commit of the
+// batch it cuts. So for urgentWindow after a batch was cut for an urgent
+// writer, parts take urgentPartTime, not partTime: the writes that follow
+// wait a tenth as long, and a catch-up with no new viewer keeps its
+// parts of a second.
+const (
+	urgentPartTime = 100 * time.Millisecond
+	urgentWindow   = 2 * time.Second
+)
+
+// partTimeNow is how long the next part should take.
+func (in *ingester) partTimeNow() time.Duration {
+	if in.partTime > urgentPartTime && !in.urgentUntil.IsZero() && in.now().Before(in.urgentUntil) {
+		return urgentPartTime
+	}
+	return in.partTime
+}
+
+// urgentCut notes a batch cut for an urgent writer: the parts of the
+// next urgentWindow take urgentPartTime, starting with the next.
+func (in *ingester) urgentCut() {
+	if in.partTime <= urgentPartTime {
+		return
+	}
+	in.urgentUntil = in.now().Add(urgentWindow)
+	limit := in.partLimit
+	if limit <= 0 {
+		limit = in.partSize
+	}
+	in.partLimit = max(int(int64(limit)*int64(urgentPartTime)/int64(in.partTime)), min(minPartSize, in.partSize))
+}
+
 // adaptPart sizes the next part of a backlog's batch from the last one,
-// of n events applied in took: partTime's worth at that pace, between
+// of n events applied in took: partTimeNow's worth at that pace, between
 // minPartSize and partSize.
 func (in *ingester) adaptPart(n int, took time.Duration) {
 	if in.partTime <= 0 || n <= 0 {
@@ -508,7 +546,7 @@ func (in *ingester) adaptPart(n int, took time.Duration) {
 	}
 	next := in.partSize
 	if took > 0 {
-		next = int(min(int64(in.partSize), int64(n)*int64(in.partTime)/int64(took)))
+		next = int(min(int64(in.partSize), int64(n)*int64(in.partTimeNow())/int64(took)))
 	}
 	in.partLimit = max(next, min(minPartSize, in.partSize))
 }

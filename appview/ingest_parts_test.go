@@ -219,7 +219,9 @@ func TestABacklogsBatchInPartsIsBoundedInTime(t *testing.T) {
 func TestABacklogsBatchMakesWayForAnUrgentWriter(t *testing.T) {
 	store := openIndexAllStore(t)
 	const backlog = 200
-	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 20, batchInterval: time.Minute}
+	// Parts of 20 events whatever they take; a cut makes them no
+	// smaller than they are (urgentCut, minPartSize).
+	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 20, partTime: time.Hour, batchInterval: time.Minute}
 	registerBatchCuts(prometheus.NewRegistry(), in)
 	registered := writeAtThe30thEvent(in, func() error {
 		_, err := store.RegisterViewer(feeds.Urgent(context.Background()), "did:plc:newviewer234567abcdefghi", "following", time.Now())
@@ -250,6 +252,9 @@ func TestABacklogsBatchMakesWayForAnUrgentWriter(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(in.cutForWriters); got != 1 {
 		t.Errorf("appview_ingest_batches_cut_total = %v, want 1", got)
+	}
+	if in.urgentUntil.IsZero() {
+		t.Error("the cut did not shorten the parts that follow it (urgentCut)")
 	}
 }
 
@@ -339,6 +344,29 @@ func TestABacklogsPartsAreSizedByTheirTime(t *testing.T) {
 	in.adaptPart(8192, time.Hour)
 	if got := limit(); got != 8192 {
 		t.Errorf("without partTime a part holds %d, want partSize", got)
+	}
+}
+
+// After a batch was cut for an urgent writer, the parts of the next
+// urgentWindow take urgentPartTime, starting with the very next one: a
+// first read's next write waits a tenth as long. Then they grow back.
+func TestABacklogsPartsShrinkForAWhileAfterACutForAnUrgentWriter(t *testing.T) {
+	clock := time.Unix(1_700_000_000, 0)
+	in := &ingester{batchSize: 100, catchupSize: 60000, partSize: 8192, partTime: time.Second,
+		now: func() time.Time { return clock }}
+	in.adaptPart(8192, time.Second)
+	in.urgentCut()
+	if in.partLimit != 819 {
+		t.Fatalf("the part after the cut holds %d events, want a tenth of the last (819)", in.partLimit)
+	}
+	in.adaptPart(819, 100*time.Millisecond)
+	if in.partLimit != 819 {
+		t.Errorf("within the window a part that took 100 ms is followed by %d events, want 819", in.partLimit)
+	}
+	clock = clock.Add(urgentWindow)
+	in.adaptPart(819, 100*time.Millisecond)
+	if in.partLimit != 8190 {
+		t.Errorf("after the window a part that took 100 ms is followed by %d events, want a second's worth (8190)", in.partLimit)
 	}
 }
 
