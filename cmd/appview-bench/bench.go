@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -174,7 +175,7 @@ func (b *bench) start(ctx context.Context, playlist *replay.Playlist) error {
 	b.cfg = b.daemonConfig()
 	b.cfg.Jetstream.URLs = []string{srv.URL()}
 	if b.o.firstReadProbe > 0 {
-		b.network = newProbeNetwork()
+		b.network = newProbeNetwork(b.o.accounts, rand.New(rand.NewPCG(b.o.seed, 7)), time.Now())
 		b.network.configure(&b.cfg)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")

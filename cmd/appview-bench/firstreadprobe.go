@@ -22,16 +22,23 @@ import (
 
 // A first-read probe asks for a new viewer's feed at a steady interval
 // while the timed ingest runs, through getFeed over HTTP as an app would,
-// and times each answer and counts its items. It measures the product's
-// promise under a catch-up: the first page is full when getFeed answers,
-// within backfill.first_read_wait. Each new viewer follows
-// firstReadFollows accounts of the workload, chosen at random, and has its
-// follows on a fake PDS on loopback (pdstest), found through a fake PLC
-// directory (plctest); so do the accounts it follows, each with
-// firstReadPosts posts. The first read lists all of them, writing its
-// pages behind the catch-up's batches, which its writes cut short
-// (feeds.Urgent), so the run's ingest figures are not an unprobed run's.
+// times each answer and checks what it holds. It measures the product's
+// promise under a catch-up: the first page is complete when getFeed
+// answers, within backfill.first_read_wait.
+//
+// Its network is a fake PDS on loopback (pdstest) found through a fake PLC
+// directory (plctest). Before the stream starts, firstReadPool accounts of
+// the workload are put on it with firstReadPosts posts each, newer than
+// the generated stream's; the stream's follows of them start followee
+// backfills that find them, as on the real network. (The workload's other
+// accounts are on no network, as in an unprobed run: their backfills
+// fail.) Each new viewer follows firstReadFollows accounts of the pool,
+// chosen at random, with its follows on the same PDS. Its first read
+// lists them, or finds them listed, writing behind the catch-up's
+// batches, which its writes cut short (feeds.Urgent), so the run's ingest
+// figures are not an unprobed run's.
 const (
+	firstReadPool    = 1000
 	firstReadFollows = 50
 	firstReadPosts   = 5
 	firstReadLimit   = 50
@@ -41,12 +48,37 @@ const (
 type probeNetwork struct {
 	plc *plctest.Server
 	pds *pdstest.Server
-	// posted: the workload accounts whose posts are on the PDS already.
-	posted map[int]bool
+	// pool is the workload accounts on the network, and posts their posts.
+	pool  []int
+	posts map[int][]probePost
 }
 
-func newProbeNetwork() *probeNetwork {
-	return &probeNetwork{plc: plctest.NewServer(), pds: pdstest.NewServer(), posted: map[int]bool{}}
+// probePost is a post on the probe's PDS. Its time (its record key's and
+// its createdAt), unique among them and later than any post of the
+// generated stream (dated from the workload's start), decides its place
+// in a feed.
+type probePost struct {
+	uri string
+	at  time.Time
+}
+
+// newProbeNetwork puts firstReadPool accounts of the workload's, picked
+// by rng, on a new network, with their posts dated before now.
+func newProbeNetwork(accounts int, rng *rand.Rand, now time.Time) *probeNetwork {
+	n := &probeNetwork{plc: plctest.NewServer(), pds: pdstest.NewServer(), posts: map[int][]probePost{}}
+	for _, a := range rng.Perm(accounts)[:min(accounts, firstReadPool)] {
+		n.pool = append(n.pool, a)
+		did := syntax.DID(workload.AccountDID(a))
+		n.add(did)
+		for p := range firstReadPosts {
+			at := now.Add(-time.Duration(len(n.pool)*firstReadPosts+p) * time.Second)
+			rkey := tidAt(at, a)
+			n.pds.AddRecord(did, "app.bsky.feed.post", rkey,
+				fmt.Sprintf(`{"$type":"app.bsky.feed.post","text":"from the pds","createdAt":%q}`, at.UTC().Format(time.RFC3339)))
+			n.posts[a] = append(n.posts[a], probePost{uri: fmt.Sprintf("at://%s/app.bsky.feed.post/%s", did, rkey), at: at})
+		}
+	}
+	return n
 }
 
 // configure points the daemon's directory at the fake PLC, and lets the
@@ -63,26 +95,28 @@ func (n *probeNetwork) close() {
 }
 
 // addViewer puts a new viewer on the network, following accounts of the
-// workload picked by rng, and returns its DID.
-func (n *probeNetwork) addViewer(i int, accounts int, rng *rand.Rand, now time.Time) syntax.DID {
+// pool picked by rng, and returns its DID and the URIs its first page
+// should show: the newest firstReadLimit posts of the accounts it follows.
+func (n *probeNetwork) addViewer(i int, rng *rand.Rand, now time.Time) (syntax.DID, map[string]bool) {
 	viewer := syntax.DID(fmt.Sprintf("did:plc:firstreadprobe%010d", i))
 	n.add(viewer)
+	followed := map[int]bool{}
 	for k := range firstReadFollows {
-		a := rng.IntN(accounts)
-		followee := syntax.DID(workload.AccountDID(a))
-		if !n.posted[a] {
-			n.posted[a] = true
-			n.add(followee)
-			for p := range firstReadPosts {
-				at := now.Add(-time.Duration(p+1) * time.Minute)
-				n.pds.AddRecord(followee, "app.bsky.feed.post", tidAt(at, a),
-					fmt.Sprintf(`{"$type":"app.bsky.feed.post","text":"from the pds","createdAt":%q}`, at.UTC().Format(time.RFC3339)))
-			}
-		}
+		a := n.pool[rng.IntN(len(n.pool))]
+		followed[a] = true
 		n.pds.AddRecord(viewer, "app.bsky.graph.follow", tidAt(now, i*firstReadFollows+k),
-			fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q,"createdAt":%q}`, followee, now.UTC().Format(time.RFC3339)))
+			fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q,"createdAt":%q}`, workload.AccountDID(a), now.UTC().Format(time.RFC3339)))
 	}
-	return viewer
+	var all []probePost
+	for a := range followed {
+		all = append(all, n.posts[a]...)
+	}
+	slices.SortFunc(all, func(x, y probePost) int { return y.at.Compare(x.at) })
+	want := map[string]bool{}
+	for _, p := range all[:min(len(all), firstReadLimit)] {
+		want[p.uri] = true
+	}
+	return viewer, want
 }
 
 func (n *probeNetwork) add(did syntax.DID) {
@@ -105,6 +139,8 @@ type firstReadProbe struct {
 type firstReadAnswer struct {
 	took  time.Duration
 	items int
+	// complete: the page held every post it should (probeNetwork.addViewer).
+	complete bool
 }
 
 // startFirstReadProbe reads a new viewer's first page at once and then
@@ -113,15 +149,15 @@ type firstReadAnswer struct {
 func (b *bench) startFirstReadProbe(ctx context.Context, every time.Duration) *firstReadProbe {
 	p := &firstReadProbe{stopping: make(chan struct{})}
 	client := &http.Client{Timeout: b.cfg.Backfill.FirstReadWait + 30*time.Second}
-	rng := rand.New(rand.NewPCG(b.o.seed, 7))
+	rng := rand.New(rand.NewPCG(b.o.seed, 8))
 	p.done.Add(1)
 	go func() {
 		defer p.done.Done()
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for i := 0; ; i++ {
-			viewer := b.network.addViewer(i, b.o.accounts, rng, time.Now())
-			a, err := b.readFirstPage(ctx, client, viewer)
+			viewer, want := b.network.addViewer(i, rng, time.Now())
+			a, err := b.readFirstPage(ctx, client, viewer, want)
 			if err != nil {
 				if ctx.Err() == nil {
 					p.err = fmt.Errorf("first page of probe viewer %s: %w", viewer, err)
@@ -141,8 +177,9 @@ func (b *bench) startFirstReadProbe(ctx context.Context, every time.Duration) *f
 	return p
 }
 
-// readFirstPage asks for viewer's first page and times the answer.
-func (b *bench) readFirstPage(ctx context.Context, client *http.Client, viewer syntax.DID) (firstReadAnswer, error) {
+// readFirstPage asks for viewer's first page, times the answer, and checks
+// it holds the posts of want.
+func (b *bench) readFirstPage(ctx context.Context, client *http.Client, viewer syntax.DID, want map[string]bool) (firstReadAnswer, error) {
 	q := url.Values{"feed": {b.cfg.Feeds[0].Name}, "actor": {viewer.String()}, "limit": {fmt.Sprint(firstReadLimit)}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"/xrpc/"+b.cfg.XRPC.Namespace+".getFeed?"+q.Encode(), nil)
 	if err != nil {
@@ -163,12 +200,20 @@ func (b *bench) readFirstPage(ctx context.Context, client *http.Client, viewer s
 		return firstReadAnswer{}, fmt.Errorf("%s: %.200s", resp.Status, body)
 	}
 	var page struct {
-		Records []json.RawMessage `json:"records"`
+		Records []struct {
+			URI string `json:"uri"`
+		} `json:"records"`
 	}
 	if err := json.Unmarshal(body, &page); err != nil {
 		return firstReadAnswer{}, err
 	}
-	return firstReadAnswer{took: took, items: len(page.Records)}, nil
+	found := 0
+	for _, r := range page.Records {
+		if want[r.URI] {
+			found++
+		}
+	}
+	return firstReadAnswer{took: took, items: len(page.Records), complete: found == len(want)}, nil
 }
 
 // stop ends the probe and prints what it measured.
@@ -183,18 +228,21 @@ func (p *firstReadProbe) stop(b *bench) error {
 		return nil
 	}
 	took := make([]time.Duration, len(p.answers))
-	full := 0
+	full, complete := 0, 0
 	for i, a := range p.answers {
 		took[i] = a.took
 		if a.items >= firstReadLimit {
 			full++
+		}
+		if a.complete {
+			complete++
 		}
 	}
 	slices.Sort(took)
 	ms := func(q float64) float64 {
 		return float64(took[min(len(took)-1, int(q*float64(len(took))))].Microseconds()) / 1000
 	}
-	fmt.Fprintf(b.out, "first-read probe: %d new viewers (%d follows, %d posts each on a loopback PDS) read their first page of %d during the timed ingest: %d full; answered in p50 %.1f ms, p90 %.1f ms, max %.1f ms (first_read_wait %s)\n",
-		len(took), firstReadFollows, firstReadPosts, firstReadLimit, full, ms(0.5), ms(0.9), float64(took[len(took)-1].Microseconds())/1000, b.cfg.Backfill.FirstReadWait)
+	fmt.Fprintf(b.out, "first-read probe: %d new viewers (%d follows, %d posts each on a loopback PDS) read their first page of %d during the timed ingest: %d complete (the newest posts of every account followed), %d full; answered in p50 %.1f ms, p90 %.1f ms, max %.1f ms (first_read_wait %s)\n",
+		len(took), firstReadFollows, firstReadPosts, firstReadLimit, complete, full, ms(0.5), ms(0.9), float64(took[len(took)-1].Microseconds())/1000, b.cfg.Backfill.FirstReadWait)
 	return nil
 }

@@ -74,10 +74,10 @@ func TestRegisteredViewers(t *testing.T) {
 	}
 	// Every probe viewer's first read lists 50 followees with 5 posts each
 	// from the loopback PDS, and getFeed waits for it (first_read_wait 3
-	// s): its first page of 50 is full.
-	m := regexp.MustCompile(`first-read probe: ([1-9][0-9]*) new viewers .* (\d+) full; answered in p50 [0-9.]+ ms`).FindStringSubmatch(report)
-	if m == nil || m[1] != m[2] {
-		t.Errorf("first-read probe: want every first page read and full:\n%s", report)
+	// s): its first page of 50 holds their 50 newest posts.
+	m := regexp.MustCompile(`first-read probe: ([1-9][0-9]*) new viewers .*: (\d+) complete .*, (\d+) full; answered in p50 [0-9.]+ ms`).FindStringSubmatch(report)
+	if m == nil || m[1] != m[2] || m[1] != m[3] {
+		t.Errorf("first-read probe: want every first page read, complete and full:\n%s", report)
 	}
 	// The probes' writes are a request's, and were timed.
 	if !regexp.MustCompile(`request writes beside the ingester's: [1-9][0-9]*, waiting [0-9]+ ms`).MatchString(report) {
