@@ -238,11 +238,8 @@ func (p *firstReadProbe) stop(b *bench) error {
 			complete++
 		}
 	}
-	slices.Sort(took)
-	ms := func(q float64) float64 {
-		return float64(took[min(len(took)-1, int(q*float64(len(took))))].Microseconds()) / 1000
-	}
+	p50, p90, most := spread(took)
 	fmt.Fprintf(b.out, "first-read probe: %d new viewers (%d follows, %d posts each on a loopback PDS) read their first page of %d during the timed ingest: %d complete (the newest posts of every account followed), %d full; answered in p50 %.1f ms, p90 %.1f ms, max %.1f ms (first_read_wait %s)\n",
-		len(took), firstReadFollows, firstReadPosts, firstReadLimit, complete, full, ms(0.5), ms(0.9), float64(took[len(took)-1].Microseconds())/1000, b.cfg.Backfill.FirstReadWait)
+		len(took), firstReadFollows, firstReadPosts, firstReadLimit, complete, full, p50, p90, most, b.cfg.Backfill.FirstReadWait)
 	return nil
 }

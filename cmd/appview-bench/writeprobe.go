@@ -69,12 +69,19 @@ func (p *writeProbe) stop(b *bench) error {
 		fmt.Fprintln(b.out, "write probe: no registration measured")
 		return nil
 	}
-	w := slices.Clone(p.waits)
-	slices.Sort(w)
-	ms := func(q float64) float64 {
-		return float64(w[min(len(w)-1, int(q*float64(len(w))))].Microseconds()) / 1000
-	}
+	p50, p90, most := spread(p.waits)
 	fmt.Fprintf(b.out, "write probe: %d new viewers registered during the timed ingest, each took p50 %.1f ms, p90 %.1f ms, max %.1f ms\n",
-		len(w), ms(0.5), ms(0.9), float64(w[len(w)-1].Microseconds())/1000)
+		len(p.waits), p50, p90, most)
 	return nil
+}
+
+// spread gives the median, the 90th percentile and the maximum of d, in
+// milliseconds; d is not empty.
+func spread(d []time.Duration) (p50, p90, most float64) {
+	d = slices.Clone(d)
+	slices.Sort(d)
+	ms := func(q float64) float64 {
+		return float64(d[min(len(d)-1, int(q*float64(len(d))))].Microseconds()) / 1000
+	}
+	return ms(0.5), ms(0.9), float64(d[len(d)-1].Microseconds()) / 1000
 }
