@@ -32,7 +32,7 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 	case now.Before(st.NextRetry):
 		return &notDueError{until: st.NextRetry, last: st.LastError}
 	}
-	run := feeds.SyncRun{Kind: kind, Subject: string(account), Collection: coll, Started: now, Outcome: "ok"}
+	run := listingRun{SyncRun: feeds.SyncRun{Kind: kind, Subject: string(account), Collection: coll, Started: now, Outcome: "ok"}}
 	// A follow listing is read to its end, past a short page, so that
 	// follows deleted upstream below the last full page are found too
 	// (pageSpan). A target listing stops at a short page: its depth is
@@ -62,14 +62,23 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 	if ourContextEnded(ctx, err) {
 		return err
 	}
-	if rerr := s.store.RecordSyncRun(context.WithoutCancel(ctx), run); rerr != nil {
-		s.log.Warn("record sync run", "err", rerr)
+	if !run.recorded {
+		if rerr := s.store.RecordSyncRun(context.WithoutCancel(ctx), run.SyncRun); rerr != nil {
+			s.log.Warn("record sync run", "err", rerr)
+		}
 	}
 	s.metrics.run(kind, run.Outcome, run.Duration)
 	if noFollower {
 		return errNoFollower
 	}
 	return err
+}
+
+// listingRun is a listing run's record, and whether its last page's
+// transaction stored it (feeds.ListingPage.Finish).
+type listingRun struct {
+	feeds.SyncRun
+	recorded bool
 }
 
 // errNoFollower ends a target listing whose page found that no viewer
@@ -91,7 +100,7 @@ func (e *notDueError) Error() string {
 	return fmt.Sprintf("not due before %s: %s", e.until.Format(time.RFC3339), e.last)
 }
 
-func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID, maxRecords int, toTheEnd bool, st feeds.Listing, run *feeds.SyncRun) error {
+func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID, maxRecords int, toTheEnd bool, st feeds.Listing, run *listingRun) error {
 	id, err := s.resolver.LookupDID(ctx, account)
 	if err != nil {
 		return s.fail(ctx, account, coll, st, fmt.Errorf("resolve %s: %w", account, err), false)
@@ -168,8 +177,28 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 			next.LowKey = above
 		}
 		failpoint.Hit(failpoint.BackfillBeforePage)
-		res, err := s.store.ApplyListingPage(ctx, &feeds.ListingPage{Account: account, Collection: coll,
-			Records: records, To: next, FetchedAt: asOf, Span: span}, s.cfg.Now())
+		now := s.cfg.Now()
+		listed := &feeds.ListingPage{Account: account, Collection: coll, Records: records, To: next, FetchedAt: asOf, Span: span}
+		if done {
+			// The run ends with this page, unless another run is ahead
+			// or the account was deleted: it is recorded with the page,
+			// as ensureListing would record it after, with the page
+			// counted as below.
+			listed.Finish = func(res feeds.ListingResult) (feeds.SyncRun, bool) {
+				if res.Stale || res.AccountDeleted {
+					return feeds.SyncRun{}, false
+				}
+				r := run.SyncRun
+				r.Pages++
+				r.Written += res.Written
+				if !res.NotViewer && !res.NotFollowed {
+					r.Skipped += dropped
+				}
+				r.Duration = now.Sub(r.Started)
+				return r, true
+			}
+		}
+		res, err := s.store.ApplyListingPage(ctx, listed, now)
 		if err != nil {
 			// Recorded like a failed request, so the listing is due again
 			// (at once when our context ended): the first reads that
@@ -185,6 +214,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 			run.Skipped += dropped
 		}
 		run.Written += res.Written
+		run.recorded = res.RunRecorded
 		s.metrics.reconciled(res.Removed, res.Restored, res.Edited)
 		if res.NotViewer {
 			// The account no longer reads a feed these follows build.

@@ -88,6 +88,12 @@ type ListingPage struct {
 	// deleted here (listing_reconcile.go). Nil for a page that cannot
 	// vouch for its span: one with records it dropped, or out of order.
 	Span *KeySpan
+	// Finish, when set, is asked with the page's result, inside the
+	// page's transaction, for the sync run the page ends: given one, it
+	// is recorded with the page (RecordSyncRun), one write where a
+	// listing's last page and its run took two. A first read's followees
+	// each end a listing, and each of its writes may wait on a catch-up.
+	Finish func(ListingResult) (SyncRun, bool)
 }
 
 // ListingResult counts what a page did.
@@ -114,6 +120,8 @@ type ListingResult struct {
 	// listing state. The deletion removed them (deleteAccount), and the
 	// page's cursor would stand for rows no longer stored.
 	AccountDeleted bool
+	// RunRecorded: the run Finish gave was recorded with the page.
+	RunRecorded bool
 	// Removed counts stored records (or follows) in the page's span that
 	// the page did not list, deleted as the PDS no longer has them.
 	Removed int
@@ -171,98 +179,118 @@ func (s *Store) ApplyListingPage(ctx context.Context, p *ListingPage, now time.T
 	_, isFollow := s.followColls[p.Collection]
 	var res ListingResult
 	err := s.write(ctx, func(w *txWriter) error {
-		actorID, err := w.actorID(p.Account)
-		if err != nil {
+		if err := w.applyListingPage(p, collID, isFollow, now, &res); err != nil {
 			return err
 		}
-		if res.AccountDeleted, err = w.accountDeletedSince(actorID, p.To.Deletions); err != nil || res.AccountDeleted {
-			return err
-		}
-		if isFollow && !s.indexAll {
-			viewer, err := w.viewsFollows(actorID, collID)
-			if err != nil {
-				return err
-			}
-			if !viewer {
-				res.NotViewer = true
-				return nil
-			}
-		}
-		if !isFollow && !s.indexAll {
-			var one int
-			followed, err := w.queryRow(w.s.stmts.followedByAnyone, []any{actorID}, &one)
-			if err != nil {
-				return fmt.Errorf("check followers: %w", err)
-			}
-			if !followed {
-				res.NotFollowed = true
-				return nil
-			}
-		}
-		// Read before the rows are written, which do not move it: a stale
-		// page still writes what is missing, but takes no edit, as it
-		// deletes nothing. An edit it takes keeps the stored revision, so
-		// nothing else would order its body against the one a page ahead
-		// of it, fetched after it, took (TestAStalePageDoesNotUndoAnEditAListingTook).
-		cur, found, err := w.readListingState(actorID, collID)
-		if err != nil {
-			return err
-		}
-		stale := found && !p.To.Ahead(cur)
-		rev := listingRev(p.FetchedAt)
-		for i := range p.Records {
-			r := &p.Records[i]
-			var wrote bool
-			if isFollow {
-				wrote, err = w.listFollow(actorID, collID, r, rev, !stale)
-			} else {
-				wrote, err = w.listRecord(actorID, collID, r, rev, now, !stale)
-			}
-			if err != nil {
-				return err
-			}
-			if wrote {
-				res.Written++
-			} else {
-				res.Existing++
-			}
-		}
-		res.Restored, res.Edited = w.restored, w.listedEdits
-		if stale {
-			res.Stale = true
-			s.metrics.casMismatch("listing")
+		if p.Finish == nil {
 			return nil
 		}
-		if p.Span != nil && !p.FetchedAt.IsZero() {
-			if res.Removed, err = w.reconcileSpan(p, actorID, collID, isFollow); err != nil {
+		run, ok := p.Finish(res)
+		if !ok {
+			return nil
+		}
+		if err := w.recordSyncRun(run); err != nil {
+			return err
+		}
+		res.RunRecorded = true
+		return nil
+	})
+	return res, err
+}
+
+// applyListingPage is ApplyListingPage's transaction, but for the run
+// recorded with it.
+func (w *txWriter) applyListingPage(p *ListingPage, collID int64, isFollow bool, now time.Time, res *ListingResult) error {
+	actorID, err := w.actorID(p.Account)
+	if err != nil {
+		return err
+	}
+	if res.AccountDeleted, err = w.accountDeletedSince(actorID, p.To.Deletions); err != nil || res.AccountDeleted {
+		return err
+	}
+	if isFollow && !w.s.indexAll {
+		viewer, err := w.viewsFollows(actorID, collID)
+		if err != nil {
+			return err
+		}
+		if !viewer {
+			res.NotViewer = true
+			return nil
+		}
+	}
+	if !isFollow && !w.s.indexAll {
+		var one int
+		followed, err := w.queryRow(w.s.stmts.followedByAnyone, []any{actorID}, &one)
+		if err != nil {
+			return fmt.Errorf("check followers: %w", err)
+		}
+		if !followed {
+			res.NotFollowed = true
+			return nil
+		}
+	}
+	// Read before the rows are written, which do not move it: a stale
+	// page still writes what is missing, but takes no edit, as it
+	// deletes nothing. An edit it takes keeps the stored revision, so
+	// nothing else would order its body against the one a page ahead
+	// of it, fetched after it, took (TestAStalePageDoesNotUndoAnEditAListingTook).
+	cur, found, err := w.readListingState(actorID, collID)
+	if err != nil {
+		return err
+	}
+	stale := found && !p.To.Ahead(cur)
+	rev := listingRev(p.FetchedAt)
+	for i := range p.Records {
+		r := &p.Records[i]
+		var wrote bool
+		if isFollow {
+			wrote, err = w.listFollow(actorID, collID, r, rev, !stale)
+		} else {
+			wrote, err = w.listRecord(actorID, collID, r, rev, now, !stale)
+		}
+		if err != nil {
+			return err
+		}
+		if wrote {
+			res.Written++
+		} else {
+			res.Existing++
+		}
+	}
+	res.Restored, res.Edited = w.restored, w.listedEdits
+	if stale {
+		res.Stale = true
+		w.s.metrics.casMismatch("listing")
+		return nil
+	}
+	if p.Span != nil && !p.FetchedAt.IsZero() {
+		if res.Removed, err = w.reconcileSpan(p, actorID, collID, isFollow); err != nil {
+			return err
+		}
+	}
+	if !isFollow && p.To.Complete {
+		// A target listing with a retry time stored is waited for:
+		// a live follow wanted it (wantListings), or it failed, or
+		// was cut off, under a first read that completed without it.
+		// Followers whose first read is complete get it by a merge,
+		// made here, with the page that completes the listing: made
+		// after, by the caller (the retry loop's MergeAuthor, the
+		// followee backfill's MergeFollowee), it was lost to a stop
+		// or a crash in between, and the complete listing was never
+		// due again
+		// (TestABacklogListedJustBeforeAStopStillReachesTheFollowersFeed).
+		var wantedUS int64
+		if err := w.tx.QueryRowContext(w.ctx, `SELECT next_retry_us FROM listings WHERE actor_id = ? AND collection_id = ?`,
+			actorID, collID).Scan(&wantedUS); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("read listing retry: %w", err)
+		}
+		if wantedUS > 0 {
+			if err := w.mergeAuthor(actorID, true); err != nil {
 				return err
 			}
 		}
-		if !isFollow && p.To.Complete {
-			// A target listing with a retry time stored is waited for:
-			// a live follow wanted it (wantListings), or it failed, or
-			// was cut off, under a first read that completed without it.
-			// Followers whose first read is complete get it by a merge,
-			// made here, with the page that completes the listing: made
-			// after, by the caller (the retry loop's MergeAuthor, the
-			// followee backfill's MergeFollowee), it was lost to a stop
-			// or a crash in between, and the complete listing was never
-			// due again
-			// (TestABacklogListedJustBeforeAStopStillReachesTheFollowersFeed).
-			var wantedUS int64
-			if err := w.tx.QueryRowContext(w.ctx, `SELECT next_retry_us FROM listings WHERE actor_id = ? AND collection_id = ?`,
-				actorID, collID).Scan(&wantedUS); err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("read listing retry: %w", err)
-			}
-			if wantedUS > 0 {
-				if err := w.mergeAuthor(actorID, true); err != nil {
-					return err
-				}
-			}
-		}
-		return w.writeListingState(actorID, collID, p.To, now)
-	})
-	return res, err
+	}
+	return w.writeListingState(actorID, collID, p.To, now)
 }
 
 // FailListing records a failed listing attempt without moving its cursor.
@@ -597,27 +625,30 @@ const SyncRunsKept = 10_000
 // RecordSyncRun stores a sync run for operators, and drops the runs older
 // than the newest SyncRunsKept (s.syncRunsKept).
 func (s *Store) RecordSyncRun(ctx context.Context, r SyncRun) error {
-	return s.write(ctx, func(w *txWriter) error {
-		res, err := w.tx.ExecContext(ctx, `
-			INSERT INTO sync_runs (kind, subject, collection, pages, written, skipped, outcome, error, started_us, duration_us,
-				start_cursor, end_cursor)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			r.Kind, r.Subject, string(r.Collection), r.Pages, r.Written, r.Skipped, r.Outcome,
-			truncate(r.Error, 512), r.Started.UnixMicro(), r.Duration.Microseconds(), r.StartCursor, r.EndCursor)
-		if err != nil {
-			return fmt.Errorf("record sync run: %w", err)
-		}
-		// Ids grow with every insert, so the rows past the bound are a
-		// range at the start of the table: usually one row goes per run.
-		id, err := res.LastInsertId()
-		if err != nil {
-			return fmt.Errorf("record sync run: %w", err)
-		}
-		if _, err := w.tx.ExecContext(ctx, `DELETE FROM sync_runs WHERE id <= ?`, id-int64(s.syncRunsKept)); err != nil {
-			return fmt.Errorf("drop old sync runs: %w", err)
-		}
-		return nil
-	})
+	return s.write(ctx, func(w *txWriter) error { return w.recordSyncRun(r) })
+}
+
+// recordSyncRun is RecordSyncRun's transaction.
+func (w *txWriter) recordSyncRun(r SyncRun) error {
+	res, err := w.tx.ExecContext(w.ctx, `
+		INSERT INTO sync_runs (kind, subject, collection, pages, written, skipped, outcome, error, started_us, duration_us,
+			start_cursor, end_cursor)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.Kind, r.Subject, string(r.Collection), r.Pages, r.Written, r.Skipped, r.Outcome,
+		truncate(r.Error, 512), r.Started.UnixMicro(), r.Duration.Microseconds(), r.StartCursor, r.EndCursor)
+	if err != nil {
+		return fmt.Errorf("record sync run: %w", err)
+	}
+	// Ids grow with every insert, so the rows past the bound are a
+	// range at the start of the table: usually one row goes per run.
+	id, err := res.LastInsertId()
+	if err != nil {
+		return fmt.Errorf("record sync run: %w", err)
+	}
+	if _, err := w.tx.ExecContext(w.ctx, `DELETE FROM sync_runs WHERE id <= ?`, id-int64(w.s.syncRunsKept)); err != nil {
+		return fmt.Errorf("drop old sync runs: %w", err)
+	}
+	return nil
 }
 
 func (s *Store) collectionID(nsid syntax.NSID) (int64, bool) {
