@@ -30,6 +30,7 @@ type Config struct {
 	Backfill  BackfillConfig  `yaml:"backfill"`
 	Sweep     SweepConfig     `yaml:"sweep"`
 	Hydration HydrationConfig `yaml:"hydration"`
+	Memory    MemoryConfig    `yaml:"memory"`
 	// Feeds replaces the default list as a whole when the file names it.
 	// An empty list is valid: the daemon then fans nothing out.
 	Feeds []FeedConfig `yaml:"feeds"`

@@ -56,6 +56,7 @@ func (c Config) Validate() error {
 	c.validateSweep(fail)
 	c.validateNotify(fail)
 	c.validateHydration(fail)
+	c.validateMemory(fail)
 
 	js := c.Jetstream
 	if len(js.URLs) == 0 {

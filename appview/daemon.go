@@ -105,6 +105,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		}
 	}()
 	reservePageSlab(log, storeOpts.PageCacheMB())
+	setGoLimit(log, cfg)
 	store, err := openWaitingOutForeignLocks(ctx, storeOpts, log)
 	if err != nil {
 		return nil, err
