@@ -34,8 +34,9 @@ type ingester struct {
 	// queue before they are applied to its open transaction
 	// (feeds.OpenBatch); 0 applies every batch whole. The batch commits at
 	// catchupSize or where the queue runs dry (or, when an urgent writer
-	// waits, after the part being applied: feeds.Store.WriterWanted),
-	// holding no more than a part's decoded events, and the consumer's
+	// waits, at the change being applied: feeds.Store.WriterWanted,
+	// feeds.OpenBatch.AddUntil), holding no more than a part's decoded
+	// events, and the consumer's
 	// read loop, which waits while the queue is full, waits on a part, not
 	// on the whole batch (past jetstream.Config.StallTimeout it steps away
 	// from its connection).
@@ -45,6 +46,10 @@ type ingester struct {
 	// partSize. partLimit is the next part's size (0: partSize).
 	partTime  time.Duration
 	partLimit int
+	// partStop is what a part asks before each change whether to stop
+	// there; nil is store.WriterWanted (tests wrap it to bring a writer
+	// in while a part is applied).
+	partStop func() bool
 	// urgentUntil: a batch was cut for an urgent writer, and until then
 	// parts take urgentPartTime (partTimeNow).
 	urgentUntil time.Time
@@ -163,6 +168,10 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 	var open *feeds.OpenBatch
 	var opened time.Time
 	applied, appliedBytes := 0, 0
+	// covered is the cursor of the events the open transaction holds in
+	// full: those of its parts applied to the end. A part stopped for an
+	// urgent writer commits with it.
+	var covered feeds.StreamCursor
 	stopping := ctx.Done()
 	// clearBatch empties the batch's slices, keeping its cursor. Cleared,
 	// not only cut: the slices are reused, and a catch-up batch's elements
@@ -195,29 +204,51 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		return nil
 	}
 	// applyPart applies what the batch holds to its open transaction,
-	// opening it first.
-	applyPart := func(ctx context.Context) error {
+	// opening it first. It stops part way when an urgent writer waits
+	// (feeds.OpenBatch.AddUntil), leaving the rest in the batch, and says
+	// so: the transaction is then to be committed with covered.
+	applyPart := func(ctx context.Context) (stopped bool, err error) {
 		if open == nil {
 			err := waitWrite(func() (err error) {
 				open, err = in.store.BeginBatch(ctx, true)
 				return err
 			})
 			if err != nil {
-				return err
+				return false, err
 			}
 			opened = in.now()
 		}
 		started := in.now()
-		if err := open.Add(batch); err != nil {
+		n := len(batch.Changes)
+		stop := in.partStop
+		if stop == nil {
+			stop = in.store.WriterWanted
+		}
+		stopped, err = open.AddUntil(batch, stop)
+		if err != nil {
 			open.Rollback()
 			open = nil
-			return fmt.Errorf("ingest batch: %w", notBusy(err))
+			return false, fmt.Errorf("ingest batch: %w", notBusy(err))
 		}
-		in.adaptPart(len(batch.Changes), in.now().Sub(started))
-		applied += len(batch.Changes)
+		done := n // stopped, the batch holds the changes not applied
+		if stopped {
+			done = n - len(batch.Changes)
+		}
+		in.adaptPart(done, in.now().Sub(started))
+		applied += done
+		if stopped {
+			left := 0
+			for i := range batch.Changes {
+				left += len(batch.Changes[i].Record)
+			}
+			appliedBytes += batchBytes - left
+			batchBytes = left
+			return true, nil
+		}
 		appliedBytes += batchBytes
+		covered = batch.Cursor
 		clearBatch()
-		return nil
+		return false, nil
 	}
 	// commit commits the batch: in one transaction, or as the last part
 	// of the open one. A write lock another process holds is waited out
@@ -234,6 +265,35 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		}
 		res, err := o.Commit(batch.Cursor)
 		return res, notBusy(err)
+	}
+	// committed does what follows a batch's commit: a cursor reset's
+	// reconnect, the sweep's tick for its events, the next wait. started
+	// is when the commit's attempt began.
+	committed := func(ctx context.Context, res feeds.BatchResult, started time.Time, live bool, events int) error {
+		failpoint.Hit(failpoint.IngestAfterCommit)
+		if res.CursorReset && in.restart != nil {
+			// The events still queued come from before the reset: drop
+			// them and read again from the reset position.
+			in.minSession = in.restart()
+			in.log.Warn("stream cursor was reset: reconnecting from it", "time_us", in.store.Cursor().TimeUS)
+		}
+		if in.afterCommit != nil {
+			in.afterCommit(res)
+		}
+		// The slice visits the batch's share of the sweep's pace per event
+		// (sweep.actors per batch_size events): a catch-up batch of 60
+		// batches' worth 60 budgets, a live batch of 100 events a tenth of
+		// one; and no fewer than the rows it wrote ask for
+		// (feeds.Tick.Rows).
+		swept, err := in.tick(ctx, res.MutatedFeeds(), max(events, 1), res.FanoutRows+res.MergedRows)
+		if err != nil {
+			return err
+		}
+		in.interval.Store(int64(in.waitAfter(live, in.now().Sub(started)-res.LockWait-swept.LockWait)))
+		idle.Reset(in.sweepIdle)
+		applied, appliedBytes = 0, 0
+		covered = feeds.StreamCursor{}
+		return nil
 	}
 	// flush commits the batch. live says it was a live stream's (its wait
 	// ran out before it filled, with little queued behind it); with its
@@ -261,32 +321,44 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		if err != nil {
 			return err
 		}
-		failpoint.Hit(failpoint.IngestAfterCommit)
-		if res.CursorReset && in.restart != nil {
-			// The events still queued come from before the reset: drop
-			// them and read again from the reset position.
-			in.minSession = in.restart()
-			in.log.Warn("stream cursor was reset: reconnecting from it", "time_us", in.store.Cursor().TimeUS)
-		}
-		if in.afterCommit != nil {
-			in.afterCommit(res)
-		}
-		// The slice visits the batch's share of the sweep's pace per event
-		// (sweep.actors per batch_size events): a catch-up batch of 60
-		// batches' worth 60 budgets, a live batch of 100 events a tenth of
-		// one; and no fewer than the rows it wrote ask for
-		// (feeds.Tick.Rows).
-		swept, err := in.tick(ctx, res.MutatedFeeds(), max(applied+len(batch.Changes), 1), res.FanoutRows+res.MergedRows)
-		if err != nil {
+		if err := committed(ctx, res, started, live, applied+len(batch.Changes)); err != nil {
 			return err
 		}
-		in.interval.Store(int64(in.waitAfter(live, in.now().Sub(started)-res.LockWait-swept.LockWait)))
-		idle.Reset(in.sweepIdle)
 		clearBatch()
-		applied, appliedBytes = 0, 0
 		batch.Cursor = feeds.StreamCursor{}
 		batch.Backlog = false
 		pending = false
+		return nil
+	}
+	// cutPart commits the open transaction of a part stopped for an
+	// urgent writer, with the cursor of the parts applied in full: the
+	// stopped part's changes it holds are written but not covered (a
+	// crash replays them, and a replay changes nothing). The rest of the
+	// part stays in the batch, which goes on filling from the queue.
+	cutPart := func(ctx context.Context) error {
+		o := open
+		open = nil
+		started := in.now()
+		res, err := o.Commit(covered)
+		if err != nil {
+			return fmt.Errorf("ingest batch: %w", notBusy(err))
+		}
+		if err := committed(ctx, res, started, false, applied); err != nil {
+			return err
+		}
+		if res.CursorReset {
+			// The rest came from before the reset, as the queued
+			// events did.
+			clearBatch()
+			batch.Cursor = feeds.StreamCursor{}
+			pending = false
+			timer.Stop()
+			return nil
+		}
+		// The rest is a batch of its own now, due within a wait like
+		// any other: the queue may have run dry, and the timer of the
+		// batch it was part of may have fired while parts were applied.
+		timer.Reset(in.currentInterval())
 		return nil
 	}
 	add := func(ev *jetstream.Event) {
@@ -372,8 +444,22 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 				}
 				in.urgentCut()
 			case in.partFull(batch, queued, total, batchBytes):
-				if err := applyPart(writeCtx); err != nil {
+				stopped, err := applyPart(writeCtx)
+				if err != nil {
 					return err
+				}
+				if stopped {
+					// An urgent writer came while the part was applied:
+					// it waits for the change in hand, the fan-out of
+					// what was applied and this commit, not the whole
+					// part.
+					if err := cutPart(writeCtx); err != nil {
+						return err
+					}
+					if in.cutForWriters != nil {
+						in.cutForWriters.Inc()
+					}
+					in.urgentCut()
 				}
 			case in.full(total, queued, batchBytes):
 				if err := flush(writeCtx, false); err != nil {

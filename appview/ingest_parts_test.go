@@ -234,14 +234,7 @@ func TestABacklogsBatchMakesWayForAnUrgentWriter(t *testing.T) {
 	registeredFirst := false
 	applied := runBacklog(t, in, queuedPosts(backlog, shortPost), backlog, func(batch int) {
 		if batch == 1 {
-			select {
-			case err := <-registered:
-				if err != nil {
-					t.Error(err)
-				}
-				registeredFirst = true
-			default:
-			}
+			registeredFirst = writeDone(t, registered)
 		}
 	})
 	if len(applied) != 2 || applied[0] != 30 || applied[1] != 170 {
@@ -255,6 +248,58 @@ func TestABacklogsBatchMakesWayForAnUrgentWriter(t *testing.T) {
 	}
 	if in.urgentUntil.IsZero() {
 		t.Error("the cut did not shorten the parts that follow it (urgentCut)")
+	}
+}
+
+// An urgent writer that comes while a backlog's part is being applied
+// waits for the change in hand, not the rest of the part: the part stops,
+// the batch commits what it applied with the cursor of its parts applied
+// in full, and the part's rest starts the next batch.
+func TestABacklogsPartStopsForAnUrgentWriterThatComesWhileItIsApplied(t *testing.T) {
+	store := openIndexAllStore(t)
+	const backlog = 300
+	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 100, partTime: time.Hour, batchInterval: time.Minute}
+	registerBatchCuts(prometheus.NewRegistry(), in)
+	registered := make(chan error, 1)
+	asked := 0
+	in.partStop = func() bool {
+		// Asked before every change of a part but its first: the 109th
+		// time is before the second part's eleventh change.
+		if asked++; asked == 99+10 {
+			go func() {
+				_, err := store.RegisterViewer(feeds.Urgent(context.Background()), "did:plc:newviewer234567abcdefghi", "following", time.Now())
+				registered <- err
+			}()
+			for !store.WriterWanted() {
+				runtime.Gosched()
+			}
+		}
+		return store.WriterWanted()
+	}
+	var cursorAtCut int64
+	registeredFirst := false
+	applied := runBacklog(t, in, queuedPosts(backlog, shortPost), backlog, func(batch int) {
+		switch batch {
+		case 0:
+			cursorAtCut = store.Cursor().TimeUS
+		case 1:
+			registeredFirst = writeDone(t, registered)
+		}
+	})
+	if len(applied) != 2 || applied[0] != 110 || applied[1] != 190 {
+		t.Errorf("batches applied %v, want [110 190]: the second part stopped at its eleventh change", applied)
+	}
+	if want := t0 + 99; cursorAtCut != want {
+		t.Errorf("cursor at the cut %d, want %d: the first part's last event (the second part's changes applied are not covered)", cursorAtCut, want)
+	}
+	if !registeredFirst {
+		t.Error("the registration had not committed when the next batch did")
+	}
+	if got := testutil.ToFloat64(in.cutForWriters); got != 1 {
+		t.Errorf("appview_ingest_batches_cut_total = %v, want 1", got)
+	}
+	if got, want := store.Cursor().TimeUS, t0+backlog-1; got != want {
+		t.Errorf("cursor at %d, want the last event's %d", got, want)
 	}
 }
 
@@ -284,6 +329,21 @@ func TestABacklogsBatchIsNotCutForAWriteNobodyWaitsOn(t *testing.T) {
 	}
 	if err := <-touched; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// writeDone says whether the write whose result comes on result has
+// finished, failing t if it failed.
+func writeDone(t *testing.T, result chan error) bool {
+	t.Helper()
+	select {
+	case err := <-result:
+		if err != nil {
+			t.Error(err)
+		}
+		return true
+	default:
+		return false
 	}
 }
 

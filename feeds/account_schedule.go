@@ -96,3 +96,24 @@ func (s *accountSchedule) rest() []*AccountStatus {
 	s.pending = nil
 	return out
 }
+
+// leave returns the events still scheduled, in the order the batch held
+// them (one account's keep their order), written over the front of
+// accounts, the batch's slice they point into, and takes them off the
+// schedule: a batch stopped part way (OpenBatch.AddUntil) keeps them for
+// the next.
+func (s *accountSchedule) leave(accounts []AccountStatus) []AccountStatus {
+	kept := make(map[*AccountStatus]bool, len(s.pending))
+	for _, p := range s.pending {
+		kept[p.a] = true
+	}
+	s.pending = nil
+	out := accounts[:0]
+	for i := range accounts {
+		if kept[&accounts[i]] {
+			out = append(out, accounts[i])
+		}
+	}
+	clear(accounts[len(out):])
+	return out
+}

@@ -393,6 +393,42 @@ func checkBatchSplits(t *testing.T, pc propCase, indexAll bool, seed int64) {
 		fail(fmt.Sprintf("batches ending at %v differ from one event a batch", cuts), evs, got, want)
 	}
 
+	// In one batch stopped part way at random changes, as a catch-up's
+	// part is for an urgent writer: each stop commits what was applied
+	// and leaves the rest, account events included, to the next
+	// transaction (OpenBatch.AddUntil).
+	stopped := pc.open(t, indexAll)
+	rest := &Batch{}
+	for _, e := range evs {
+		if e.account != nil {
+			rest.Accounts = append(rest.Accounts, *e.account)
+		} else {
+			rest.Changes = append(rest.Changes, *e.change)
+		}
+	}
+	var stops []int
+	for more := true; more; {
+		o, err := stopped.BeginBatch(context.Background(), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(rest.Changes)
+		more, err = o.AddUntil(rest, func() bool { return r.Intn(4) == 0 })
+		if err != nil {
+			o.Rollback()
+			t.Fatal(err)
+		}
+		if _, err := o.Commit(StreamCursor{}); err != nil {
+			t.Fatal(err)
+		}
+		if more {
+			stops = append(stops, n-len(rest.Changes))
+		}
+	}
+	if got := feedState(t, stopped); got != want {
+		fail(fmt.Sprintf("one batch stopped after %v changes, and again, differs from one event a batch", stops), evs, got, want)
+	}
+
 	// Reordered across accounts, with a rewind: up to event k, events
 	// k-4..k again, the rest in threes, then the second half replayed.
 	// With registered viewers the stream stores only what is in scope when

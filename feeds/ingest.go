@@ -77,9 +77,28 @@ func (s *Store) BeginBatch(ctx context.Context, backlog bool) (*OpenBatch, error
 // the cursor, BeginBatch took the mode. After an error the transaction is
 // to be rolled back.
 func (o *OpenBatch) Add(b *Batch) error {
+	_, err := o.AddUntil(b, nil)
+	return err
+}
+
+// AddUntil is Add, asking stop before every change but the first whether
+// to stop there (a nil stop never does; WriterWanted is an atomic load,
+// nothing beside a change's writes). Stopped, it fans out what it
+// applied and leaves in b what it did not: the changes not reached and the
+// account events not yet due, in stream order, ready to be the start of
+// the next batch; b's identity events are applied either way, and b's
+// Cursor is not touched (it covers events this transaction did not
+// apply: the caller commits with an earlier one). It says whether it
+// stopped.
+//
+// A catch-up's part takes about a second; an urgent writer arriving at its
+// start (a first read's page) waited for all of it before the batch could
+// commit (WriterWanted). Stopping within the part, it waits for the
+// change being applied, the part's fan-out so far and the commit.
+func (o *OpenBatch) AddUntil(b *Batch, stop func() bool) (stopped bool, err error) {
 	w := o.w
 	if err := w.forgetHandles(b.Identities); err != nil {
-		return err
+		return false, err
 	}
 	// Changes and account events are applied in stream order, as one
 	// event a batch would apply them (accountSchedule). Applied before the
@@ -89,21 +108,33 @@ func (o *OpenBatch) Add(b *Batch) error {
 	// inactive by then.
 	sched := newAccountSchedule(b)
 	for i := range b.Changes {
+		if stop != nil && i > 0 && stop() {
+			// The account events still scheduled come after change i-1
+			// in stream order, or wait for one of their account's
+			// changes still to come: as the next batch's, they keep both
+			// (its schedule is built from its own changes).
+			b.Identities = b.Identities[:0]
+			b.Accounts = sched.leave(b.Accounts)
+			n := copy(b.Changes, b.Changes[i:])
+			clear(b.Changes[n:])
+			b.Changes = b.Changes[:n]
+			return true, w.applyFanout()
+		}
 		c := &b.Changes[i]
 		if err := w.applyAccounts(sched.before(i, c.TimeUS)); err != nil {
-			return err
+			return false, err
 		}
 		if err := w.apply(c); err != nil {
-			return fmt.Errorf("apply %s %s/%s/%s: %w", c.Op, c.DID, c.Collection, c.RKey, err)
+			return false, fmt.Errorf("apply %s %s/%s/%s: %w", c.Op, c.DID, c.Collection, c.RKey, err)
 		}
 	}
 	if err := w.applyAccounts(sched.rest()); err != nil {
-		return err
+		return false, err
 	}
 	// Fanned out here, not held to the commit: a part's feed rows are
 	// what one batch of its size would write, and the next part starts
 	// with nothing pending.
-	return w.applyFanout()
+	return false, w.applyFanout()
 }
 
 // Commit stores the cursor (if any) and commits; either way the write lock
