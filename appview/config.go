@@ -126,7 +126,7 @@ type IngestConfig struct {
 	// included) turns growth off. A backlog's batch is applied to its
 	// transaction in parts of about a second's work (8,192 events at
 	// most) as they are taken off the queue, and committed once (after
-	// 10 s open at most, or after the part being applied when a first read
+	// 10 s open at most, or at the change being applied when a first read
 	// waits to write): the batch holds no more than a part in memory, and
 	// the consumer's read loop waits on a part at a time.
 	CatchupBatchSize int `yaml:"catchup_batch_size"`

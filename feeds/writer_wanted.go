@@ -18,10 +18,11 @@ import (
 // twenty-sixth round), and a first read is several writes in a row.
 //
 // So a request's writes are marked (Urgent): they say they are waiting
-// (lockWriter), and the ingester commits its open batch as soon as the
-// part it is applying is done (WriterWanted). They wait one part at most,
-// about a second at 10,000 viewers, and the batch they cut still holds a
-// part or more. A listing a followee's backfill started is marked when a
+// (lockWriter), and the ingester commits its open batch at the change it
+// is applying (WriterWanted, OpenBatch.AddUntil): they wait for that
+// change, the fan-out of the part so far and the commit, about 70 ms on
+// average at 10,000 viewers (docs/benchmarks.md, twenty-eighth round),
+// where waiting for the whole part took up to a second. A listing a followee's backfill started is marked when a
 // first read joins it (Shared). Unmarked writes do not cut batches: the
 // stream's own follows start a followee's backfill for every viewer who
 // follows someone new, and when their writes cut batches, a catch-up's
