@@ -6,13 +6,13 @@ package appview
 // ingester's batches, and with the collector's default pacing it grows to
 // twice what is live between collections. While getFeed is read during a
 // catch-up that took peak RSS from about 220 to 305–310 MiB at 10,000
-// viewers; a soft limit of 128 MiB held it at 256 MiB at no measured cost
+// viewers; a soft limit of 128 MiB held it at 256–259 MiB at no measured cost
 // (docs/benchmarks.md, twenty-seventh and twenty-eighth rounds).
 type MemoryConfig struct {
 	// GoLimitMB is the Go runtime's soft memory limit in MiB
 	// (runtime/debug.SetMemoryLimit): near it the collector runs sooner
 	// rather than let the heap double. 0 derives it from the record
-	// cache (goLimitFor); negative sets none. GOMEMLIMIT in the
+	// cache (goLimitMB); negative sets none. GOMEMLIMIT in the
 	// environment wins over both.
 	GoLimitMB int `yaml:"go_limit_mb"`
 }
@@ -22,8 +22,8 @@ const maxGoLimitMB = 1 << 20
 
 // goLimitHeadroomMB is what the derived limit allows beside twice the
 // record cache: the live heap other than the cache (decoding, requests,
-// the ingester's part, the actor and follow caches) measured at 40–60 MiB
-// with 10,000 to 100,000 viewers.
+// the ingester's part, the actor and follow caches) measured at 38 MiB
+// with 10,000 viewers and 47 MiB with 100,000.
 const goLimitHeadroomMB = 64
 
 // goLimitMB is the limit the daemon sets, in MiB, or 0 for none: the

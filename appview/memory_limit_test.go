@@ -1,10 +1,8 @@
 package appview
 
 import (
-	"bufio"
 	"math"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -16,23 +14,6 @@ import (
 func keepGoLimit(t *testing.T) {
 	prev := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
-}
-
-// scrapedGauge reads an unlabelled gauge from a /metrics body.
-func scrapedGauge(t *testing.T, body, name string) float64 {
-	t.Helper()
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("/metrics has no %s", name)
-	return 0
 }
 
 func TestTheGoMemoryLimitFollowsTheRecordCache(t *testing.T) {
@@ -48,7 +29,7 @@ func TestTheGoMemoryLimitFollowsTheRecordCache(t *testing.T) {
 	if got := debug.SetMemoryLimit(-1); got != want {
 		t.Errorf("Go memory limit %d, want %d (twice record_cache_mb 40 plus %d MiB)", got, want, goLimitHeadroomMB)
 	}
-	if got := scrapedGauge(t, td.metrics(t), "go_gc_gomemlimit_bytes"); got != float64(want) {
+	if got := td.metricValue(t, "go_gc_gomemlimit_bytes"); got != float64(want) {
 		t.Errorf("go_gc_gomemlimit_bytes %v, want %d", got, want)
 	}
 }
