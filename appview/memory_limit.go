@@ -12,13 +12,12 @@ import (
 // runtime has read that at start, and an operator who set it (or a
 // container tool deriving it from a cgroup's limit) meant it. Like the
 // page slab it is per process, so the last daemon built in a process (a
-// test's) sets it. It returns the limit in force, in bytes; the Go
-// collector exports it too, as go_gc_gomemlimit_bytes.
-func setGoLimit(log *slog.Logger, cfg Config) int64 {
+// test's) sets it. It logs the limit in force; the Go collector exports
+// it as go_gc_gomemlimit_bytes.
+func setGoLimit(log *slog.Logger, cfg Config) {
 	if env := os.Getenv("GOMEMLIMIT"); env != "" {
-		limit := debug.SetMemoryLimit(-1)
-		log.Info("go_memory_limit", "component", "daemon", "bytes", limit, "source", "GOMEMLIMIT")
-		return limit
+		log.Info("go_memory_limit", "component", "daemon", "bytes", debug.SetMemoryLimit(-1), "source", "GOMEMLIMIT")
+		return
 	}
 	limit := int64(math.MaxInt64) // the runtime's own default: none
 	if mb := cfg.goLimitMB(); mb > 0 {
@@ -26,5 +25,4 @@ func setGoLimit(log *slog.Logger, cfg Config) int64 {
 	}
 	debug.SetMemoryLimit(limit)
 	log.Info("go_memory_limit", "component", "daemon", "bytes", limit, "source", "memory.go_limit_mb")
-	return limit
 }
