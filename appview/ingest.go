@@ -172,6 +172,13 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 	// full: those of its parts applied to the end. A part stopped for an
 	// urgent writer commits with it.
 	var covered feeds.StreamCursor
+	// carried is the cursor of the events taken when a part last stopped,
+	// not yet stored: the stopped part's rest, still in the batch, lies at
+	// or before it. A later stop stores it once the batch holds nothing at
+	// or before it (heldAtOrBefore): under urgent writes that keep coming,
+	// parts may stop again and again and none run to its end, and the
+	// cursor still moves.
+	var carried feeds.StreamCursor
 	stopping := ctx.Done()
 	// clearBatch empties the batch's slices, keeping its cursor. Cleared,
 	// not only cut: the slices are reused, and a catch-up batch's elements
@@ -224,7 +231,7 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		if stop == nil {
 			stop = in.store.WriterWanted
 		}
-		stopped, err = open.AddUntil(batch, stop)
+		stopped, err = open.AddUntil(batch, in.stopAfterProgress(stop, started))
 		if err != nil {
 			open.Rollback()
 			open = nil
@@ -247,6 +254,7 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		}
 		appliedBytes += batchBytes
 		covered = batch.Cursor
+		carried = feeds.StreamCursor{} // covered passes it
 		clearBatch()
 		return false, nil
 	}
@@ -327,19 +335,28 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		clearBatch()
 		batch.Cursor = feeds.StreamCursor{}
 		batch.Backlog = false
+		carried = feeds.StreamCursor{}
 		pending = false
 		return nil
 	}
-	// cutPart commits the open transaction of a part stopped for an
-	// urgent writer, with the cursor of the parts applied in full: the
-	// stopped part's changes it holds are written but not covered (a
-	// crash replays them, and a replay changes nothing). The rest of the
-	// part stays in the batch, which goes on filling from the queue.
+	// cutPart commits the open transaction for an urgent writer that
+	// stopped a part or came between parts. Its cursor is that of the
+	// parts applied in full, or the one carried from an earlier stop once
+	// nothing at or before it is left: a stopped part's changes are
+	// written but not covered (a crash replays them, and a replay changes
+	// nothing). What was not applied (the part's rest, the events taken
+	// since the last part) stays in the batch, which goes on filling from
+	// the queue.
 	cutPart := func(ctx context.Context) error {
 		o := open
 		open = nil
+		cursor := covered
+		if carried.TimeUS > cursor.TimeUS && !heldAtOrBefore(batch, carried.TimeUS) {
+			cursor = carried
+			carried = feeds.StreamCursor{}
+		}
 		started := in.now()
-		res, err := o.Commit(covered)
+		res, err := o.Commit(cursor)
 		if err != nil {
 			return fmt.Errorf("ingest batch: %w", notBusy(err))
 		}
@@ -351,9 +368,14 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 			// events did.
 			clearBatch()
 			batch.Cursor = feeds.StreamCursor{}
+			batch.Backlog = false
+			carried = feeds.StreamCursor{}
 			pending = false
 			timer.Stop()
 			return nil
+		}
+		if carried.TimeUS == 0 {
+			carried = batch.Cursor
 		}
 		// The rest is a batch of its own now, due within a wait like
 		// any other: the queue may have run dry, and the timer of the
@@ -432,11 +454,13 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 				}
 			case open != nil && in.store.WriterWanted():
 				// An urgent writer waits for the lock (a new viewer's
-				// registration, a first read's page): the events taken
-				// since the last part are the batch's last
-				// (feeds/writer_wanted.go). It waited out the part being
-				// applied when it came, not the next one too.
-				if err := flush(writeCtx, false); err != nil {
+				// registration, a first read's page), and came after the
+				// last part ended: the open transaction commits what it
+				// holds, and the events taken since that part stay in the
+				// batch, as a stopped part's rest does
+				// (feeds/writer_wanted.go). It waits for the commit, not
+				// for them to be applied too.
+				if err := cutPart(writeCtx); err != nil {
 					return err
 				}
 				if in.cutForWriters != nil {

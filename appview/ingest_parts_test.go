@@ -215,7 +215,9 @@ func TestABacklogsBatchInPartsIsBoundedInTime(t *testing.T) {
 // the process (a new viewer's registration, which a getFeed request waits
 // on) waits for the write lock and no part is being applied, and the
 // writer then gets in before the next batch opens: it waits out a part at
-// most, not the whole batch.
+// most, not the whole batch. The events taken since the last part are not
+// applied first: they stay in the batch, and its cursor does not cover
+// them.
 func TestABacklogsBatchMakesWayForAnUrgentWriter(t *testing.T) {
 	store := openIndexAllStore(t)
 	const backlog = 200
@@ -232,13 +234,20 @@ func TestABacklogsBatchMakesWayForAnUrgentWriter(t *testing.T) {
 		}
 	})
 	registeredFirst := false
+	var cursorAtCut int64
 	applied := runBacklog(t, in, queuedPosts(backlog, shortPost), backlog, func(batch int) {
-		if batch == 1 {
+		switch batch {
+		case 0:
+			cursorAtCut = store.Cursor().TimeUS
+		case 1:
 			registeredFirst = writeDone(t, registered)
 		}
 	})
-	if len(applied) != 2 || applied[0] != 30 || applied[1] != 170 {
-		t.Errorf("batches applied %v, want [30 170]: the open batch committed with the events taken after its first part", applied)
+	if len(applied) != 2 || applied[0] != 20 || applied[1] != 180 {
+		t.Errorf("batches applied %v, want [20 180]: the open batch committed its first part, and the events taken after it went to the next", applied)
+	}
+	if want := t0 + 19; cursorAtCut != want {
+		t.Errorf("cursor at the cut %d, want the first part's last event's %d", cursorAtCut, want)
 	}
 	if !registeredFirst {
 		t.Error("the registration had not committed when the next batch did")
@@ -252,20 +261,25 @@ func TestABacklogsBatchMakesWayForAnUrgentWriter(t *testing.T) {
 }
 
 // An urgent writer that comes while a backlog's part is being applied
-// waits for the change in hand, not the rest of the part: the part stops,
-// the batch commits what it applied with the cursor of its parts applied
-// in full, and the part's rest starts the next batch.
+// waits for the change in hand, not the rest of the part, once the part
+// has run urgentPartTime: the part stops, the batch commits what it
+// applied with the cursor of its parts applied in full, and the part's
+// rest starts the next batch.
 func TestABacklogsPartStopsForAnUrgentWriterThatComesWhileItIsApplied(t *testing.T) {
 	store := openIndexAllStore(t)
 	const backlog = 300
-	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 100, partTime: time.Hour, batchInterval: time.Minute}
+	clock := time.Now()
+	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 100, partTime: time.Hour, batchInterval: time.Minute,
+		now: func() time.Time { return clock }}
 	registerBatchCuts(prometheus.NewRegistry(), in)
 	registered := make(chan error, 1)
 	asked := 0
 	in.partStop = func() bool {
 		// Asked before every change of a part but its first: the 109th
-		// time is before the second part's eleventh change.
+		// time is before the second part's eleventh change, which has
+		// run urgentPartTime by then (stopAfterProgress).
 		if asked++; asked == 99+10 {
+			clock = clock.Add(urgentPartTime)
 			go func() {
 				_, err := store.RegisterViewer(feeds.Urgent(context.Background()), "did:plc:newviewer234567abcdefghi", "following", time.Now())
 				registered <- err

@@ -1,0 +1,142 @@
+package appview
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/atfeeds/appview/feeds"
+)
+
+// Urgent writes that come back to back (new viewers' registrations in a
+// loop) do not cut a catch-up down to a change a commit: a part stops for
+// them only after minPartSize changes (stopAfterProgress; the clock is held
+// still, so time never allows a stop sooner), every commit but the last
+// applies at least that many, and the cursor moves at least every third
+// commit although parts keep stopping before their end (carried).
+func TestUrgentWritesInALoopLeaveACatchUpItsProgressAndItsCursor(t *testing.T) {
+	store := openIndexAllStore(t)
+	const backlog = 3000
+	clock := time.Now()
+	in := &ingester{store: store, batchSize: 10, catchupSize: 100000, partSize: 3 * minPartSize, partTime: time.Hour,
+		batchInterval: time.Minute, now: func() time.Time { return clock }}
+	registerBatchCuts(prometheus.NewRegistry(), in)
+
+	ctx, stopWriters := context.WithCancel(context.Background())
+	var registered int
+	var writers sync.WaitGroup
+	writers.Add(1)
+	go func() {
+		defer writers.Done()
+		for ; ctx.Err() == nil; registered++ {
+			did := syntax.DID(fmt.Sprintf("did:plc:loopviewer%014d", registered))
+			if _, err := store.RegisterViewer(feeds.Urgent(ctx), did, "following", time.Now()); err != nil {
+				if ctx.Err() == nil {
+					t.Error(err)
+				}
+				return
+			}
+		}
+	}()
+
+	var cursors []int64
+	applied := runBacklog(t, in, queuedPosts(backlog, shortPost), backlog, func(int) {
+		cursors = append(cursors, store.Cursor().TimeUS)
+	})
+	stopWriters()
+	writers.Wait()
+
+	if testutil.ToFloat64(in.cutForWriters) == 0 || registered == 0 {
+		t.Fatalf("no batch was cut (%v) or no viewer registered (%d): the writers did not run alongside the catch-up",
+			testutil.ToFloat64(in.cutForWriters), registered)
+	}
+	if max := backlog/minPartSize + 2; len(applied) > max {
+		t.Errorf("%d commits for %d events, want at most %d: %v", len(applied), backlog, max, applied)
+	}
+	for i, n := range applied[:len(applied)-1] {
+		if n < minPartSize {
+			t.Errorf("commit %d applied %d changes, want at least %d (all: %v)", i, n, minPartSize, applied)
+		}
+	}
+	still := 0
+	for i := 1; i < len(cursors); i++ {
+		if cursors[i] > cursors[i-1] {
+			still = 0
+			continue
+		}
+		if still++; still > 2 {
+			t.Errorf("the cursor stayed at %d for commits %d to %d (cursors %v, applied %v)", cursors[i], i-still, i, cursors, applied)
+			break
+		}
+	}
+	if got, want := store.Cursor().TimeUS, t0+backlog-1; got != want {
+		t.Errorf("cursor at %d, want the last event's %d", got, want)
+	}
+}
+
+// A part stopped before the rest of an earlier stopped part is applied
+// stores no cursor: the rest lies at or before the cursor carried from
+// that stop. The first stop after the rest is applied stores it, though
+// its own part is cut short too.
+func TestAStoppedPartStoresTheCarriedCursorOnceItsRestIsApplied(t *testing.T) {
+	store := openIndexAllStore(t)
+	const backlog = 400
+	clock := time.Now()
+	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 100, partTime: time.Hour,
+		batchInterval: time.Minute, now: func() time.Time { return clock }}
+	registerBatchCuts(prometheus.NewRegistry(), in)
+	asked := 0
+	in.partStop = func() bool {
+		// Parts of 100 events. The first stops at its 51st change (rest:
+		// events 50-99, carried cursor 99); the second, events 50-149, at
+		// its 21st (rest: 70-149, still holding events at or before 99);
+		// the third, events 70-169, at its 41st (rest: 110-169).
+		switch asked++; asked {
+		case 50, 50 + 20, 50 + 20 + 40:
+			clock = clock.Add(urgentPartTime) // each stopped part has run its time
+			return true
+		}
+		return false
+	}
+	var cursors []int64
+	applied := runBacklog(t, in, queuedPosts(backlog, shortPost), backlog, func(int) {
+		cursors = append(cursors, store.Cursor().TimeUS)
+	})
+	if want := []int{50, 20, 40, 290}; fmt.Sprint(applied) != fmt.Sprint(want) {
+		t.Fatalf("batches applied %v, want %v", applied, want)
+	}
+	if want := []int64{0, 0, t0 + 99, t0 + backlog - 1}; fmt.Sprint(cursors) != fmt.Sprint(want) {
+		t.Errorf("cursors at the commits %v, want %v", cursors, want)
+	}
+	if got := testutil.ToFloat64(in.cutForWriters); got != 3 {
+		t.Errorf("appview_ingest_batches_cut_total = %v, want 3", got)
+	}
+}
+
+// A cursor may pass a batch's rest only when nothing in it is at or before
+// the cursor: no change, no account event, and no identity event (which
+// the batch keeps no time for).
+func TestHeldAtOrBefore(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		batch feeds.Batch
+		want  bool
+	}{
+		{"empty", feeds.Batch{}, false},
+		{"changes after", feeds.Batch{Changes: []feeds.Change{{TimeUS: 11}, {TimeUS: 12}}}, false},
+		{"a change at", feeds.Batch{Changes: []feeds.Change{{TimeUS: 12}, {TimeUS: 10}}}, true},
+		{"an account event before", feeds.Batch{Changes: []feeds.Change{{TimeUS: 11}}, Accounts: []feeds.AccountStatus{{TimeUS: 9}}}, true},
+		{"an account event after", feeds.Batch{Accounts: []feeds.AccountStatus{{TimeUS: 11}}}, false},
+		{"an identity event", feeds.Batch{Identities: []syntax.DID{"did:plc:bob234567abcdefghijklmno"}}, true},
+	} {
+		if got := heldAtOrBefore(&c.batch, 10); got != c.want {
+			t.Errorf("%s: heldAtOrBefore(10) = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
