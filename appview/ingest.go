@@ -50,6 +50,10 @@ type ingester struct {
 	// there; nil is store.WriterWanted (tests wrap it to bring a writer
 	// in while a part is applied).
 	partStop func() bool
+	// stops holds the times of the last freeStops stops of a part for an
+	// urgent writer, oldest at nextStop (stopAfterProgress).
+	stops    [freeStops]time.Time
+	nextStop int
 	// urgentUntil: a batch was cut for an urgent writer, and until then
 	// parts take urgentPartTime (partTimeNow).
 	urgentUntil time.Time

@@ -262,7 +262,7 @@ func TestABacklogsBatchMakesWayForAnUrgentWriter(t *testing.T) {
 
 // An urgent writer that comes while a backlog's part is being applied
 // waits for the change in hand, not the rest of the part, once the part
-// has run urgentPartTime: the part stops, the batch commits what it
+// has run minStopTime: the part stops, the batch commits what it
 // applied with the cursor of its parts applied in full, and the part's
 // rest starts the next batch.
 func TestABacklogsPartStopsForAnUrgentWriterThatComesWhileItIsApplied(t *testing.T) {
@@ -277,9 +277,9 @@ func TestABacklogsPartStopsForAnUrgentWriterThatComesWhileItIsApplied(t *testing
 	in.partStop = func() bool {
 		// Asked before every change of a part but its first: the 109th
 		// time is before the second part's eleventh change, which has
-		// run urgentPartTime by then (stopAfterProgress).
+		// run minStopTime by then (stopAfterProgress).
 		if asked++; asked == 99+10 {
-			clock = clock.Add(urgentPartTime)
+			clock = clock.Add(minStopTime)
 			go func() {
 				_, err := store.RegisterViewer(feeds.Urgent(context.Background()), "did:plc:newviewer234567abcdefghi", "following", time.Now())
 				registered <- err

@@ -6,21 +6,47 @@ import (
 	"github.com/atfeeds/appview/feeds"
 )
 
+// minStopTime is how long a backlog's part runs before it may stop for an
+// urgent writer, once freeStops stops came within a second
+// (stopAfterProgress).
+const minStopTime = 10 * time.Millisecond
+
+// freeStops is how many stops within a second a part may make at once,
+// at the change in hand, before stops need minStopTime of applying.
+const freeStops = 5
+
 // stopAfterProgress is what a backlog's part, started at started, asks
 // before each change whether to stop for an urgent writer
-// (feeds.OpenBatch.AddUntil): when wanted says one waits, and only once
-// the part has applied minPartSize changes or run urgentPartTime, the
-// smallest part and the part time of an urgent window. Without that
-// minimum, urgent writes that came back to back (registrations in a loop)
-// stopped every part at its second change: a 3,000-event backlog took
-// 368–896 commits against 30. With it a catch-up under such a stream
-// commits at least a smallest part's worth each time, and the writer that
-// comes at a part's start waits at most that long for the stop.
+// (feeds.OpenBatch.AddUntil): when wanted says one waits, at once if
+// fewer than freeStops stops came in the last second, else once the part
+// has run minStopTime.
+//
+// Stopping at once every time, urgent writes that came back to back
+// (registrations in a loop) stopped every part at its second change: a
+// 3,000-event backlog took 368–896 commits against 30 in a test, and a
+// catch-up beside a registration every millisecond ran at 2,501 events/s
+// in batches of 19 events, each paying its own fan-out statements, commit
+// and sweep tick. With minStopTime it ran at 4,014 in batches of 250. But
+// a stop that always waits minStopTime made a first read's writes wait
+// 80–86 ms on average during a catch-up, against 53–62 stopping at once
+// (a first read's writes come in bursts, each burst at the start of the
+// part after the cut the last one made; the part's applying and the
+// fan-out of what it applied both grow with the minimum). A first read
+// cuts a few batches, not a few a second, so the stops it needs come free
+// (docs/benchmarks.md, thirtieth round).
 func (in *ingester) stopAfterProgress(wanted func() bool, started time.Time) func() bool {
-	applied := 0
 	return func() bool {
-		applied++ // asked before change i, with i changes applied
-		return wanted() && (applied >= minPartSize || in.now().Sub(started) >= urgentPartTime)
+		if !wanted() {
+			return false
+		}
+		now := in.now()
+		oldest := in.stops[in.nextStop] // the freeStops-th stop back
+		if now.Sub(started) < minStopTime && !oldest.IsZero() && now.Sub(oldest) < time.Second {
+			return false
+		}
+		in.stops[in.nextStop] = now
+		in.nextStop = (in.nextStop + 1) % freeStops
+		return true
 	}
 }
 

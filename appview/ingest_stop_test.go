@@ -16,16 +16,25 @@ import (
 
 // Urgent writes that come back to back (new viewers' registrations in a
 // loop) do not cut a catch-up down to a change a commit: a part stops for
-// them only after minPartSize changes (stopAfterProgress; the clock is held
-// still, so time never allows a stop sooner), every commit but the last
-// applies at least that many, and the cursor moves at least every third
-// commit although parts keep stopping before their end (carried).
+// them at once only freeStops times a second, then once it has run
+// minStopTime (stopAfterProgress; here each change takes 100 µs of the
+// test's clock, so such a stop comes after 100 changes at the soonest).
+// Every commit but the free stops' and the last applies at least that
+// many; the cursor moves at least every third commit (free stops aside)
+// although parts keep stopping before their end (carried), and never
+// past an event not yet applied.
 func TestUrgentWritesInALoopLeaveACatchUpItsProgressAndItsCursor(t *testing.T) {
 	store := openIndexAllStore(t)
 	const backlog = 3000
+	const perChange = 100 * time.Microsecond
+	minApplied := int(minStopTime / perChange)
 	clock := time.Now()
-	in := &ingester{store: store, batchSize: 10, catchupSize: 100000, partSize: 3 * minPartSize, partTime: time.Hour,
+	in := &ingester{store: store, batchSize: 10, catchupSize: 100000, partSize: 3 * minApplied, partTime: time.Hour,
 		batchInterval: time.Minute, now: func() time.Time { return clock }}
+	in.partStop = func() bool {
+		clock = clock.Add(perChange) // asked before each change but a part's first
+		return store.WriterWanted()
+	}
 	registerBatchCuts(prometheus.NewRegistry(), in)
 
 	ctx, stopWriters := context.WithCancel(context.Background())
@@ -56,12 +65,25 @@ func TestUrgentWritesInALoopLeaveACatchUpItsProgressAndItsCursor(t *testing.T) {
 		t.Fatalf("no batch was cut (%v) or no viewer registered (%d): the writers did not run alongside the catch-up",
 			testutil.ToFloat64(in.cutForWriters), registered)
 	}
-	if max := backlog/minPartSize + 2; len(applied) > max {
+	if max := backlog/minApplied + 2 + freeStops; len(applied) > max {
 		t.Errorf("%d commits for %d events, want at most %d: %v", len(applied), backlog, max, applied)
 	}
-	for i, n := range applied[:len(applied)-1] {
-		if n < minPartSize {
-			t.Errorf("commit %d applied %d changes, want at least %d (all: %v)", i, n, minPartSize, applied)
+	short := 0
+	for _, n := range applied[:len(applied)-1] {
+		if n < minApplied {
+			short++
+		}
+	}
+	if short > freeStops {
+		t.Errorf("%d commits applied fewer than %d changes, want at most %d, the free stops of the test clock's one second (applied %v)",
+			short, minApplied, freeStops, applied)
+	}
+	// The events are applied in their order, so a commit that brings the
+	// total to n has applied t0 … t0+n-1: a cursor past that would skip
+	// events on a restart (a crash right after this commit).
+	for i, done := 0, 0; i < len(cursors); i++ {
+		if done += applied[i]; cursors[i] > t0+int64(done)-1 {
+			t.Errorf("commit %d stored cursor %d past the last event it applied, %d (applied %v)", i, cursors[i], t0+int64(done)-1, applied)
 		}
 	}
 	still := 0
@@ -70,7 +92,7 @@ func TestUrgentWritesInALoopLeaveACatchUpItsProgressAndItsCursor(t *testing.T) {
 			still = 0
 			continue
 		}
-		if still++; still > 2 {
+		if still++; still > 2+short { // a free stop moves the cursor no more than a change does
 			t.Errorf("the cursor stayed at %d for commits %d to %d (cursors %v, applied %v)", cursors[i], i-still, i, cursors, applied)
 			break
 		}
@@ -99,7 +121,7 @@ func TestAStoppedPartStoresTheCarriedCursorOnceItsRestIsApplied(t *testing.T) {
 		// the third, events 70-169, at its 41st (rest: 110-169).
 		switch asked++; asked {
 		case 50, 50 + 20, 50 + 20 + 40:
-			clock = clock.Add(urgentPartTime) // each stopped part has run its time
+			clock = clock.Add(minStopTime) // each stopped part has run its time
 			return true
 		}
 		return false
@@ -138,5 +160,47 @@ func TestHeldAtOrBefore(t *testing.T) {
 		if got := heldAtOrBefore(&c.batch, 10); got != c.want {
 			t.Errorf("%s: heldAtOrBefore(10) = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// A part stops at the change in hand for the first freeStops urgent
+// writers within a second; beyond that only once it has run minStopTime,
+// and a second after the oldest of those stops, at once again.
+func TestAPartStopsAtOnceOnlyAFewTimesASecond(t *testing.T) {
+	clock := time.Unix(1_700_000_000, 0)
+	in := &ingester{now: func() time.Time { return clock }}
+	wanted := true
+	want := func() bool { return wanted }
+
+	ask := func(started time.Time) bool { return in.stopAfterProgress(want, started)() }
+	for i := range freeStops {
+		if !ask(clock) {
+			t.Fatalf("stop %d of the first second did not come at once", i+1)
+		}
+		clock = clock.Add(time.Millisecond)
+	}
+	started := clock
+	if ask(started) {
+		t.Fatalf("stop %d within a second came at once, want it to wait minStopTime", freeStops+1)
+	}
+	clock = started.Add(minStopTime - time.Microsecond)
+	if ask(started) {
+		t.Fatal("a part that has not run minStopTime stopped")
+	}
+	clock = started.Add(minStopTime)
+	if !ask(started) {
+		t.Fatal("a part that has run minStopTime did not stop")
+	}
+	wanted = false
+	clock = clock.Add(time.Hour)
+	if ask(clock.Add(-time.Hour)) {
+		t.Fatal("a part stopped with no urgent writer waiting")
+	}
+	// The oldest of the last freeStops stops is the second one, at 1 ms;
+	// a second after it a stop is free again.
+	wanted = true
+	clock = time.Unix(1_700_000_000, 0).Add(time.Millisecond + time.Second)
+	if !ask(clock) {
+		t.Fatal("a second after the oldest of the last stops, a stop did not come at once")
 	}
 }
