@@ -261,8 +261,9 @@ func TestABacklogsBatchMakesWayForAnUrgentWriter(t *testing.T) {
 }
 
 // An urgent writer that comes while a backlog's part is being applied
-// waits for the change in hand, not the rest of the part, once the part
-// has run minStopTime: the part stops, the batch commits what it
+// waits for the change in hand, not the rest of the part (a free stop,
+// and the part has run minStopTime too, so it does not rest on free
+// stops; stopAfterProgress): the part stops, the batch commits what it
 // applied with the cursor of its parts applied in full, and the part's
 // rest starts the next batch.
 func TestABacklogsPartStopsForAnUrgentWriterThatComesWhileItIsApplied(t *testing.T) {

@@ -121,7 +121,7 @@ func TestAStoppedPartStoresTheCarriedCursorOnceItsRestIsApplied(t *testing.T) {
 		// the third, events 70-169, at its 41st (rest: 110-169).
 		switch asked++; asked {
 		case 50, 50 + 20, 50 + 20 + 40:
-			clock = clock.Add(minStopTime) // each stopped part has run its time
+			clock = clock.Add(minStopTime) // each stopped part has run its time, free stop or not
 			return true
 		}
 		return false
