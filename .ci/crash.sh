@@ -4,7 +4,9 @@
 # failpoints, drops its Jetstream connection, stops it with SIGTERM
 # mid-batch, and compares every feed with a model of the log; it also kills
 # it during first reads from fake PDSes (TestCrashFirstRead) and compares
-# every feed and listing cursor with the PDS contents; the soak
+# every feed and listing cursor with the PDS contents, and right after
+# first reads cut a catch-up's batch (TestCrashFirstReadsDuringACatchUp),
+# comparing every feed with the whole log's; the soak
 # streams events through the daemon and fails if its memory grows. Needs
 # only Go. Both steps run even if the first fails.
 set -uo pipefail

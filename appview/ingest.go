@@ -364,6 +364,7 @@ func (in *ingester) run(ctx context.Context, events <-chan jetstream.Event) erro
 		if err != nil {
 			return fmt.Errorf("ingest batch: %w", notBusy(err))
 		}
+		failpoint.Hit(failpoint.IngestAfterCut)
 		if err := committed(ctx, res, started, false, applied); err != nil {
 			return err
 		}

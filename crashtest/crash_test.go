@@ -152,15 +152,23 @@ func runScenario(t *testing.T, sc scenario) *Harness {
 		t.Fatal(err)
 	}
 	cancel()
-	n, back := h.Polled()
-	if len(back) > 0 {
-		t.Errorf("the stored cursor went back while polled: %s", strings.Join(back, "; "))
-	}
+	n := noneWentBack(t, "the stored cursor", h.Polled)
 	t.Logf("stops: %s", landedSummary(h.Landed))
 	t.Logf("cursor after each stop never went back (%d stops, %d → %d); %d polled reads never went back",
 		len(h.Cursors), h.Cursors[0], h.Cursors[len(h.Cursors)-1], n)
 	t.Logf("%d subscriptions, %d daemon runs, %s", len(h.Server.Queries()), h.runs, time.Since(start).Round(time.Second))
 	return h
+}
+
+// noneWentBack fails t if a cursor read by a poller went back, and
+// returns how many reads counted. what names the cursor.
+func noneWentBack(t *testing.T, what string, polled func() (int, []string)) int {
+	t.Helper()
+	n, back := polled()
+	if len(back) > 0 {
+		t.Errorf("%s went back while polled: %s", what, strings.Join(back, "; "))
+	}
+	return n
 }
 
 func landedSummary(m map[Stop]int) string {

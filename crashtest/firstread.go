@@ -120,7 +120,7 @@ func (h *FirstReadHarness) Run(ctx context.Context, stop Stop) error {
 	reading := make(chan struct{})
 	go func() {
 		defer close(reading)
-		h.readPending(rctx, p, h.Readers, idle)
+		readPending(rctx, h.DBPath, h.World.Viewers(), p, h.Readers, idle)
 	}()
 	landed, exit, err := EndRun(p, stop, time.Duration(h.rng.Int64N(int64(h.MaxStopAfter))), idle)
 	cancel()
@@ -135,22 +135,22 @@ func (h *FirstReadHarness) Run(ctx context.Context, stop Stop) error {
 	return nil
 }
 
-// readPending reads the feeds of the first readers viewers whose first
-// read is not complete, each again whenever the last read of it returned
-// (a read returns after first_read_wait, or at once while the claim of a
-// killed run holds), until ctx ends or the daemon exits. It closes idle
-// when no first read is left to do.
-func (h *FirstReadHarness) readPending(ctx context.Context, p *Process, readers int, idle chan<- struct{}) {
+// readPending reads the feeds of the first readers of viewers whose first
+// read in the database at dbPath is not complete, each again whenever the
+// last read of it returned (a read returns after first_read_wait, or at
+// once while the claim of a killed run holds), until ctx ends or the
+// daemon exits. It closes idle when no first read is left to do.
+func readPending(ctx context.Context, dbPath string, viewers []int32, p *Process, readers int, idle chan<- struct{}) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	var mu sync.Mutex
 	inFlight := map[int32]bool{}
 	closed := false
 	for {
-		states, err := ReadViewerStates(ctx, h.DBPath, FeedName)
+		states, err := ReadViewerStates(ctx, dbPath, FeedName)
 		if err == nil {
 			pending := 0
-			for _, v := range h.World.Viewers() {
+			for _, v := range viewers {
 				if states[did(v)] == "complete" {
 					continue
 				}
@@ -183,6 +183,33 @@ func (h *FirstReadHarness) readPending(ctx context.Context, p *Process, readers 
 			return
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// completeFirstReads reads the feeds of all viewers whose first read is
+// not complete, at once, until every one is, for up to 2 minutes.
+func completeFirstReads(ctx context.Context, dbPath string, viewers []int32, p *Process) error {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	idle := make(chan struct{})
+	reading := make(chan struct{})
+	go func() {
+		defer close(reading)
+		readPending(rctx, dbPath, viewers, p, len(viewers), idle)
+	}()
+	select {
+	case <-idle:
+	case <-rctx.Done():
+	case <-p.Done():
+	}
+	cancel()
+	<-reading
+	select {
+	case <-idle:
+		return nil
+	default:
+		states, _ := ReadViewerStates(ctx, dbPath, FeedName)
+		return fmt.Errorf("first reads not all complete after 2 minutes: %v\n%s", states, tail(p.Log()))
 	}
 }
 
@@ -301,26 +328,8 @@ func (h *FirstReadHarness) Finish(ctx context.Context) error {
 		return err
 	}
 	defer p.Signal(syscall.SIGKILL)
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	idle := make(chan struct{})
-	reading := make(chan struct{})
-	go func() {
-		defer close(reading)
-		h.readPending(rctx, p, h.World.Config.Viewers, idle)
-	}()
-	select {
-	case <-idle:
-	case <-rctx.Done():
-	case <-p.Done():
-	}
-	cancel()
-	<-reading
-	select {
-	case <-idle:
-	default:
-		states, _ := ReadViewerStates(ctx, h.DBPath, FeedName)
-		return fmt.Errorf("first reads not all complete after 2 minutes: %v\n%s", states, tail(p.Log()))
+	if err := completeFirstReads(ctx, h.DBPath, h.World.Viewers(), p); err != nil {
+		return err
 	}
 	if err := h.Check(ctx); err != nil {
 		return err
@@ -334,10 +343,8 @@ func (h *FirstReadHarness) Finish(ctx context.Context) error {
 		return fmt.Errorf("getFeed differs from the PDSes:\n%s", m)
 	}
 	h.Logf("getFeed: %d viewers, %d pages, all equal to the feeds computed from the PDSes", len(viewers), pages)
-	p.Signal(syscall.SIGTERM)
-	exit, err := p.Wait(30 * time.Second)
-	if err != nil || exit.Code != 0 {
-		return fmt.Errorf("final SIGTERM: %s %v\n%s", exit, err, tail(p.Log()))
+	if err := stopCleanly(p); err != nil {
+		return err
 	}
 	return h.Check(ctx)
 }

@@ -36,6 +36,8 @@ type Harness struct {
 	appended int
 	runs     int
 	cfgPath  string
+	// readDriven runs the daemon without index_all (CatchUpReadHarness).
+	readDriven bool
 	// Landed counts how each run ended, by Stop (a failpoint that was
 	// not reached in time counts under "failpoint missed").
 	Landed  map[Stop]int
@@ -88,7 +90,7 @@ func (h *Harness) start(extra ...string) (*Process, error) {
 	env := append([]string{
 		"APPVIEW_DATABASE_PATH=" + h.DBPath,
 		"APPVIEW_JETSTREAM_URLS=" + h.Server.URL(),
-		"APPVIEW_INGEST_INDEX_ALL=true",
+		fmt.Sprintf("APPVIEW_INGEST_INDEX_ALL=%t", !h.readDriven),
 	}, h.Env...)
 	env = append(env, extra...)
 	h.runs++
@@ -125,23 +127,34 @@ func (h *Harness) pace(n int, d time.Duration) {
 // without a cursor subscribes at the live tip, so the first commit must
 // happen before any kill.
 func (h *Harness) First(ctx context.Context) error {
-	conns := len(h.Server.Queries())
-	p, err := h.start()
+	p, err := h.firstCommit(ctx)
 	if err != nil {
 		return err
 	}
+	return h.stop(ctx, p, StopKill, nil)
+}
+
+// firstCommit starts the daemon on an empty database, streams the seed
+// graph and waits until all of it is committed. On an error the daemon
+// is killed.
+func (h *Harness) firstCommit(ctx context.Context) (*Process, error) {
+	conns := len(h.Server.Queries())
+	p, err := h.start()
+	if err != nil {
+		return nil, err
+	}
 	if !h.Server.WaitConnections(conns+1, 30*time.Second) {
 		p.Signal(syscall.SIGKILL)
-		return fmt.Errorf("the daemon did not subscribe:\n%s", tail(p.Log()))
+		return nil, fmt.Errorf("the daemon did not subscribe:\n%s", tail(p.Log()))
 	}
 	h.appendUpTo(h.Log.SeedFrames)
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	if err := WaitCursor(wctx, h.DBPath, p, h.Log.Frames[h.Log.SeedFrames-1].TimeUS); err != nil {
 		p.Signal(syscall.SIGKILL)
-		return fmt.Errorf("first commit: %w\n%s", err, tail(p.Log()))
+		return nil, fmt.Errorf("first commit: %w\n%s", err, tail(p.Log()))
 	}
-	return h.stop(ctx, p, StopKill, nil)
+	return p, nil
 }
 
 // Run starts the daemon (with the failpoint armed, for a failpoint stop),
@@ -252,12 +265,21 @@ func (h *Harness) Finish(ctx context.Context) error {
 		return fmt.Errorf("getFeed differs from the log:\n%s", m)
 	}
 	h.Logf("getFeed: %d viewers, %d pages, %d feed rows, all equal to the model", len(viewers), pages, feedRows(st))
+	if err := stopCleanly(p); err != nil {
+		return err
+	}
+	return h.Check(ctx)
+}
+
+// stopCleanly stops the daemon with SIGTERM, which must end it with exit
+// 0 within 30 s.
+func stopCleanly(p *Process) error {
 	p.Signal(syscall.SIGTERM)
 	exit, err := p.Wait(30 * time.Second)
 	if err != nil || exit.Code != 0 {
 		return fmt.Errorf("final SIGTERM: %s %v\n%s", exit, err, tail(p.Log()))
 	}
-	return h.Check(ctx)
+	return nil
 }
 
 func feedRows(st *DBState) int {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -97,6 +98,13 @@ func waitReadAll(ctx context.Context, p *Process) (int64, error) {
 }
 
 func framesRead(ctx context.Context, base string) (int64, error) {
+	n, err := metricSum(ctx, base, "appview_jetstream_events_received_total", "appview_jetstream_events_dropped_total")
+	return int64(n), err
+}
+
+// metricSum scrapes the daemon's /metrics and adds up the samples of the
+// named metrics, every label set of each.
+func metricSum(ctx context.Context, base string, names ...string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
 		return 0, err
@@ -112,16 +120,18 @@ func framesRead(ctx context.Context, base string) (int64, error) {
 	}
 	var total float64
 	for line := range strings.Lines(string(body)) {
-		if !strings.HasPrefix(line, "appview_jetstream_events_received_total") &&
-			!strings.HasPrefix(line, "appview_jetstream_events_dropped_total") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
 			continue
 		}
-		f := strings.Fields(line)
+		if name, _, _ := strings.Cut(f[0], "{"); !slices.Contains(names, name) {
+			continue
+		}
 		v, err := strconv.ParseFloat(f[len(f)-1], 64)
 		if err != nil {
 			return 0, fmt.Errorf("metrics line %q: %w", line, err)
 		}
 		total += v
 	}
-	return int64(total), nil
+	return total, nil
 }

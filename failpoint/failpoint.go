@@ -39,6 +39,10 @@ const (
 	// IngestAfterCommit: a batch is committed, the sweep tick that
 	// follows it has not run.
 	IngestAfterCommit = "ingest.after_commit"
+	// IngestAfterCut: a catch-up's batch was committed early for an
+	// urgent writer (feeds.Store.WriterWanted), with the cursor of what
+	// it applied in full, and the rest of its events are held in memory.
+	IngestAfterCut = "ingest.after_cut"
 	// BackfillBeforePage: a listing page was fetched, its rows and page
 	// cursor (one transaction) are not written.
 	BackfillBeforePage = "backfill.before_page"

@@ -89,6 +89,7 @@ type Server struct {
 	faults   map[key]*fault
 	requests map[key]int
 	total    int
+	latency  time.Duration
 }
 
 // NewServer starts a fake PDS on 127.0.0.1. Close it when done.
@@ -135,6 +136,15 @@ func (s *Server) AddRepo(did syntax.DID) {
 // AddRecord stores value (raw JSON, served as is) at did/collection/rkey,
 // replacing any record there, and returns its CID.
 func (s *Server) AddRecord(did syntax.DID, collection syntax.NSID, rkey syntax.RecordKey, value string) string {
+	cid := FakeCID([]byte(value))
+	s.AddRecordCID(did, collection, rkey, value, cid)
+	return cid
+}
+
+// AddRecordCID is AddRecord with the CID given: the one a generated
+// Jetstream log gave the record's last write, so that a listing and the
+// stream agree on it.
+func (s *Server) AddRecordCID(did syntax.DID, collection syntax.NSID, rkey syntax.RecordKey, value, cid string) {
 	s.AddRepo(did)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -143,9 +153,7 @@ func (s *Server) AddRecord(did syntax.DID, collection syntax.NSID, rkey syntax.R
 		coll = make(map[syntax.RecordKey]record)
 		s.repos[did][collection] = coll
 	}
-	cid := FakeCID([]byte(value))
 	coll[rkey] = record{cid: cid, value: json.RawMessage(value)}
-	return cid
 }
 
 // DeleteRepo removes did's repo, as a deleted account's PDS does: it is
@@ -203,6 +211,30 @@ func FakeCID(b []byte) string {
 	return "b" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(raw))
 }
 
+// SetLatency makes every later listRecords answer wait d first, as a PDS
+// across a network does: a first read then spreads its pages over time
+// instead of writing them back to back.
+func (s *Server) SetLatency(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latency = d
+}
+
+// wait sleeps the server's latency or until the request ends.
+func (s *Server) wait(r *http.Request) {
+	s.mu.Lock()
+	d := s.latency
+	s.mu.Unlock()
+	if d <= 0 {
+		return
+	}
+	select {
+	case <-r.Context().Done():
+	case <-s.closed:
+	case <-time.After(d):
+	}
+}
+
 // begin counts the request and returns the fault to inject, if any.
 func (s *Server) begin(did syntax.DID, collection syntax.NSID) Fault {
 	s.mu.Lock()
@@ -227,6 +259,7 @@ func (s *Server) begin(did syntax.DID, collection syntax.NSID) Fault {
 func (s *Server) listRecords(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	did, collection, cursor := syntax.DID(q.Get("repo")), syntax.NSID(q.Get("collection")), q.Get("cursor")
+	s.wait(r)
 	f := s.begin(did, collection)
 	if s.injectEarly(w, r, f, cursor != "") {
 		return
