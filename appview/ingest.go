@@ -58,8 +58,10 @@ type ingester struct {
 	// parts take urgentPartTime (partTimeNow).
 	urgentUntil time.Time
 	// cutForWriters counts the backlog's batches committed early for an
-	// urgent writer (nil: not counted).
-	cutForWriters prometheus.Counter
+	// urgent writer (nil: not counted); stopsAtOnce and stopsAfterMinimum
+	// count the parts among them that stopped at the change in hand, and
+	// after minStopTime (stopAfterProgress).
+	cutForWriters, stopsAtOnce, stopsAfterMinimum prometheus.Counter
 	// backlogBytes bounds the record bytes of a batch applied in parts;
 	// 0 is maxBacklogBytes. backlogHold bounds how long it stays open; 0
 	// is maxBacklogHold.

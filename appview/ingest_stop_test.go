@@ -169,6 +169,7 @@ func TestHeldAtOrBefore(t *testing.T) {
 func TestAPartStopsAtOnceOnlyAFewTimesASecond(t *testing.T) {
 	clock := time.Unix(1_700_000_000, 0)
 	in := &ingester{now: func() time.Time { return clock }}
+	registerBatchCuts(prometheus.NewRegistry(), in)
 	wanted := true
 	want := func() bool { return wanted }
 
@@ -190,6 +191,9 @@ func TestAPartStopsAtOnceOnlyAFewTimesASecond(t *testing.T) {
 	clock = started.Add(minStopTime)
 	if !ask(started) {
 		t.Fatal("a part that has run minStopTime did not stop")
+	}
+	if atOnce, after := testutil.ToFloat64(in.stopsAtOnce), testutil.ToFloat64(in.stopsAfterMinimum); atOnce != freeStops || after != 1 {
+		t.Errorf("stops counted %v at once and %v after the minimum, want %d and 1", atOnce, after, freeStops)
 	}
 	wanted = false
 	clock = clock.Add(time.Hour)

@@ -54,11 +54,20 @@ func registerBatchInterval(reg prometheus.Registerer, in *ingester) {
 
 // registerBatchCuts counts the catch-up batches cut short for a write a
 // request waits on (feeds/writer_wanted.go): how often new viewers and
-// notifyOfUpdate cost a catch-up a commit.
+// notifyOfUpdate cost a catch-up a commit; and of the parts those writes
+// stopped, how many stopped at once and how many only after the minimum
+// of applying (appview/ingest_stop.go): whether the free stops a second
+// cover the requests that come.
 func registerBatchCuts(reg prometheus.Registerer, in *ingester) {
 	in.cutForWriters = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "appview", Subsystem: "ingest", Name: "batches_cut_total",
 		Help: "Catch-up batches committed before their size or time bound because a write a request waits on (a new viewer's registration or first read, notifyOfUpdate) wanted the write lock.",
 	})
-	reg.MustRegister(in.cutForWriters)
+	stops := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "appview", Subsystem: "ingest", Name: "part_stops_total",
+		Help: "Parts of a catch-up's batch stopped for a write a request waits on: at the change in hand (when, at_once; the first five within a second) or once the part had applied for 10 ms (after_minimum).",
+	}, []string{"when"})
+	in.stopsAtOnce = stops.WithLabelValues("at_once")
+	in.stopsAfterMinimum = stops.WithLabelValues("after_minimum")
+	reg.MustRegister(in.cutForWriters, stops)
 }

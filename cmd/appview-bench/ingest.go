@@ -40,7 +40,15 @@ type ingestResult struct {
 	// writer (request, background): how many, and their waits in all.
 	batchesCut float64
 	lockWaits  map[string]lockWait
+	// The parts those writes stopped at once, and after the minimum.
+	stopsAtOnce, stopsAfterMinimum float64
 }
+
+// The series of appview_ingest_part_stops_total.
+const (
+	stopsAtOnce       = `appview_ingest_part_stops_total{when="at_once"}`
+	stopsAfterMinimum = `appview_ingest_part_stops_total{when="after_minimum"}`
+)
 
 // lockWait sums appview_database_write_lock_wait_seconds of one writer.
 type lockWait struct{ count, seconds float64 }
@@ -97,6 +105,7 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 	batches0 := metrics.sum(`appview_ingest_batches_total`)
 	stepAways0 := metrics.sum(`appview_jetstream_step_aways_total`)
 	cut0 := metrics.sum(`appview_ingest_batches_cut_total`)
+	atOnce0, afterMinimum0 := metrics.sum(stopsAtOnce), metrics.sum(stopsAfterMinimum)
 	waits0 := lockWaitsOf(metrics)
 	connections0 := b.server.Connections()
 	replayed0, gaps0 := b.server.Replayed(), b.server.Gaps()
@@ -206,6 +215,7 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 		res.stepAways = m.sum(`appview_jetstream_step_aways_total`) - stepAways0
 		res.batches = m.sum(`appview_ingest_batches_total`) - batches0
 		res.batchesCut = m.sum(`appview_ingest_batches_cut_total`) - cut0
+		res.stopsAtOnce, res.stopsAfterMinimum = m.sum(stopsAtOnce)-atOnce0, m.sum(stopsAfterMinimum)-afterMinimum0
 		res.lockWaits = lockWaitsOf(m)
 		for w, v := range res.lockWaits {
 			res.lockWaits[w] = lockWait{v.count - waits0[w].count, v.seconds - waits0[w].seconds}
@@ -231,6 +241,10 @@ func (b *bench) printIngest(res ingestResult) {
 		fmt.Fprintf(b.out, "batches committed during the timed ingest: %.0f, %.0f events each on average (appview_ingest_batches_total)\n",
 			res.batches, float64(res.events)/res.batches)
 		fmt.Fprintf(b.out, "  %.0f of them cut short for a request's write (appview_ingest_batches_cut_total)\n", res.batchesCut)
+		if res.stopsAtOnce+res.stopsAfterMinimum > 0 {
+			fmt.Fprintf(b.out, "  parts stopped for those writes: %.0f at once, %.0f after 10 ms of applying (appview_ingest_part_stops_total)\n",
+				res.stopsAtOnce, res.stopsAfterMinimum)
+		}
 	}
 	for _, w := range lockWriters {
 		if v := res.lockWaits[w]; v.count > 0 {
