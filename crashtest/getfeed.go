@@ -46,8 +46,9 @@ func CompareGetFeed(ctx context.Context, base string, m *Model, viewers []int32)
 }
 
 // compareGetFeed is CompareGetFeed; with streamTimes false it does not
-// check indexed times, which a listing sets to when it stored a record
-// rather than when the stream carried it (LogWorld).
+// check indexed times, which a listing sets to the later of the record
+// key's time and the stream cursor when it stored the record, not to
+// when the stream carried it (LogWorld).
 func compareGetFeed(ctx context.Context, base string, m *Model, viewers []int32, streamTimes bool) (*Mismatches, int, error) {
 	out := newMismatches()
 	var mu sync.Mutex
