@@ -109,20 +109,32 @@ func (h *CatchUpReadHarness) Run(ctx context.Context, stop Stop, upTo, readUpTo 
 		defer close(reading)
 		readPending(rctx, h.DBPath, h.viewers()[:readUpTo], p, h.Readers, make(chan struct{}))
 	}()
-	// done is closed two seconds after the append: a failpoint not hit by
-	// then will not be (EndRun's idle).
+	// done is closed once the stored cursor covers the appended frames
+	// (the catch-up is applied: no part is left for a first read to cut)
+	// and two seconds have passed since the append (time for a listing
+	// page): a failpoint not hit by then will not be (EndRun's idle). A
+	// slow machine takes longer to apply the backlog, and the window
+	// grows with it.
 	done := make(chan struct{})
 	paced := make(chan struct{})
 	go func() {
 		defer close(paced)
+		defer close(done)
 		listed := h.World.requests()
-		waitFor(rctx, 3*time.Second, func() bool { return h.World.requests() > listed })
+		// A run that ended sooner (a kill, a failpoint hit before any
+		// listing) still appends: the frames are the next run's backlog.
+		if !waitFor(rctx, 3*time.Second, func() bool { return h.World.requests() > listed }) && rctx.Err() == nil {
+			h.Logf("run %d: no PDS request within 3 s of the start; appending anyway", h.runs)
+		}
 		from := h.appended
 		h.appendUpTo(upTo)
+		appended := time.Now()
 		h.Logf("run %d: %d frames appended %s after the start, %d PDS requests before", h.runs, h.appended-from, time.Since(began).Round(time.Millisecond), h.World.requests()-listed)
-		if sleep(rctx, 2*time.Second) {
-			close(done)
+		// An error is the daemon gone (at the failpoint) or the run over.
+		if WaitCursor(rctx, h.DBPath, p, h.Log.LastTimeUS(upTo)) == nil {
+			h.Logf("run %d: the backlog applied %s after the append", h.runs, time.Since(appended).Round(time.Millisecond))
 		}
+		sleep(rctx, time.Until(appended.Add(2*time.Second)))
 	}()
 	landed, exit, err := EndRun(p, stop, time.Duration(h.rng.Int64N(int64(h.MaxStopAfter))), done)
 	cancel()
@@ -150,10 +162,16 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // waitFor polls cond every 10 ms until it holds, ctx ends or limit
-// passes.
-func waitFor(ctx context.Context, limit time.Duration, cond func() bool) {
+// passes, and says whether it held.
+func waitFor(ctx context.Context, limit time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(limit)
-	for !cond() && time.Now().Before(deadline) && sleep(ctx, 10*time.Millisecond) {
+	for {
+		if cond() {
+			return true
+		}
+		if !time.Now().Before(deadline) || !sleep(ctx, 10*time.Millisecond) {
+			return false
+		}
 	}
 }
 

@@ -77,6 +77,17 @@ func NewLog(cfg workload.Config, main int) (*Log, error) {
 	return l, nil
 }
 
+// LastTimeUS returns the time_us of the last well-formed frame before
+// index n: the stored cursor a daemon reaches once it has applied them.
+func (l *Log) LastTimeUS(n int) int64 {
+	for i := min(n, len(l.Frames)) - 1; i >= 0; i-- {
+		if l.Frames[i].Kind != workload.KindMalformed {
+			return l.Frames[i].TimeUS
+		}
+	}
+	return 0
+}
+
 // retime sets frame i's time_us, in its JSON too.
 func (l *Log) retime(i int, t int64) error {
 	f := &l.Frames[i]

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/atfeeds/appview/workload"
 )
 
 // RunTerm stops the daemon with SIGTERM in the middle of a batch, for
@@ -48,12 +46,7 @@ func (h *Harness) RunTerm(ctx context.Context, upTo int) error {
 	if err != nil {
 		return fmt.Errorf("SIGTERM: %w\n%s", err, tail(p.Log()))
 	}
-	want := int64(0)
-	for _, f := range h.Log.Frames[:upTo] {
-		if f.Kind != workload.KindMalformed {
-			want = f.TimeUS
-		}
-	}
+	want := h.Log.LastTimeUS(upTo)
 	after, err := ReadCursor(ctx, h.DBPath)
 	if err != nil {
 		return err
