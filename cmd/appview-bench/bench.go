@@ -177,6 +177,14 @@ func (b *bench) start(ctx context.Context, playlist *replay.Playlist) error {
 	if b.o.firstReadProbe > 0 {
 		b.network = newProbeNetwork(b.o.accounts, rand.New(rand.NewPCG(b.o.seed, 7)), time.Now())
 		b.network.configure(&b.cfg)
+		// The probes all come from 127.0.0.1, one admission client:
+		// its pace must let every probe's viewers in, or they get 429.
+		adm := &b.cfg.Backfill.Admission
+		if pace := b.o.firstReadProbe / time.Duration(2*max(b.o.firstReadClients, 1)); pace < adm.ClientInterval {
+			adm.ClientInterval = max(pace, time.Millisecond)
+			fmt.Fprintf(b.out, "first-read probe: %d client(s), one every %s each; backfill.admission.client_interval lowered to %s\n",
+				max(b.o.firstReadClients, 1), b.o.firstReadProbe, adm.ClientInterval)
+		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

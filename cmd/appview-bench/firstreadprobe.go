@@ -46,6 +46,8 @@ const (
 
 // probeNetwork is the fake PLC directory and PDS of the first-read probe.
 type probeNetwork struct {
+	// mu serialises addViewer: several probe clients add viewers at once.
+	mu  sync.Mutex
 	plc *plctest.Server
 	pds *pdstest.Server
 	// pool is the workload accounts on the network, and posts their posts.
@@ -98,6 +100,8 @@ func (n *probeNetwork) close() {
 // pool picked by rng, and returns its DID and the URIs its first page
 // should show: the newest firstReadLimit posts of the accounts it follows.
 func (n *probeNetwork) addViewer(i int, rng *rand.Rand, now time.Time) (syntax.DID, map[string]bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	viewer := syntax.DID(fmt.Sprintf("did:plc:firstreadprobe%010d", i))
 	n.add(viewer)
 	followed := map[int]bool{}
@@ -132,6 +136,7 @@ func tidAt(at time.Time, n int) syntax.RecordKey {
 type firstReadProbe struct {
 	stopping chan struct{}
 	done     sync.WaitGroup
+	mu       sync.Mutex
 	answers  []firstReadAnswer
 	err      error
 }
@@ -143,38 +148,52 @@ type firstReadAnswer struct {
 	complete bool
 }
 
-// startFirstReadProbe reads a new viewer's first page at once and then
-// every interval until stop, one at a time. A read under way when stop
-// comes is waited for: every probe started is measured.
-func (b *bench) startFirstReadProbe(ctx context.Context, every time.Duration) *firstReadProbe {
+// startFirstReadProbe starts clients probes, each of which reads a new
+// viewer's first page at once and then every interval until stop, one at
+// a time. A read under way when stop comes is waited for: every probe
+// started is measured.
+func (b *bench) startFirstReadProbe(ctx context.Context, every time.Duration, clients int) *firstReadProbe {
 	p := &firstReadProbe{stopping: make(chan struct{})}
-	client := &http.Client{Timeout: b.cfg.Backfill.FirstReadWait + 30*time.Second}
-	rng := rand.New(rand.NewPCG(b.o.seed, 8))
-	p.done.Add(1)
-	go func() {
-		defer p.done.Done()
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			viewer, want := b.network.addViewer(i, rng, time.Now())
-			a, err := b.readFirstPage(ctx, client, viewer, want)
-			if err != nil {
-				if ctx.Err() == nil {
-					p.err = fmt.Errorf("first page of probe viewer %s: %w", viewer, err)
+	httpClient := &http.Client{Timeout: b.cfg.Backfill.FirstReadWait + 30*time.Second}
+	for c := range clients {
+		rng := rand.New(rand.NewPCG(b.o.seed, uint64(8+c)))
+		p.done.Add(1)
+		go func() {
+			defer p.done.Done()
+			tick := time.NewTicker(every)
+			defer tick.Stop()
+			for i := 0; ; i++ {
+				viewer, want := b.network.addViewer(i*clients+c, rng, time.Now())
+				a, err := b.readFirstPage(ctx, httpClient, viewer, want)
+				if !p.add(ctx, a, err, viewer) {
+					return
 				}
-				return
+				select {
+				case <-ctx.Done():
+					return
+				case <-p.stopping:
+					return
+				case <-tick.C:
+				}
 			}
-			p.answers = append(p.answers, a)
-			select {
-			case <-ctx.Done():
-				return
-			case <-p.stopping:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+		}()
+	}
 	return p
+}
+
+// add keeps one probe's answer, or its error (the first one, unless the
+// run is ending), and says whether the probe goes on.
+func (p *firstReadProbe) add(ctx context.Context, a firstReadAnswer, err error, viewer syntax.DID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil && p.err == nil {
+			p.err = fmt.Errorf("first page of probe viewer %s: %w", viewer, err)
+		}
+		return false
+	}
+	p.answers = append(p.answers, a)
+	return true
 }
 
 // readFirstPage asks for viewer's first page, times the answer, and checks

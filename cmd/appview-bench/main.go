@@ -47,6 +47,7 @@ type options struct {
 	registered                         bool
 	writeProbe                         time.Duration
 	firstReadProbe                     time.Duration
+	firstReadClients                   int
 
 	// client mode: the getFeed load generator, run as a child process
 	client    bool
@@ -69,6 +70,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the frame logs and the temporary database")
 	flag.BoolVar(&o.registered, "registered-viewers", false, "run the daemon as deployed by default, index_all off: the viewers are registered, their first reads done, before the seed graph, so only their follows and the posts of accounts they follow are stored (default: index_all, every post stored)")
 	flag.DurationVar(&o.firstReadProbe, "first-read-probe", 0, "ask getFeed for a new viewer's first page this often during the timed ingest (50 follows on a loopback PDS) and print how long each answer took and how many were full (0: off; its writes cut the batches they wait on, so the ingest figures change)")
+	flag.IntVar(&o.firstReadClients, "first-read-clients", 1, "with -first-read-probe: this many probes at once, each asking for a new viewer's first page at that interval (the admission's client_interval is lowered to let them all in)")
 	flag.DurationVar(&o.writeProbe, "write-probe", 0, "register a new viewer this often during the timed ingest and print how long each registration took: the wait a first read's writes see behind a catch-up (0: off; it cuts the batches it waits on, so the ingest figures change)")
 	flag.IntVar(&o.batchSize, "batch-size", 0, "override ingest.batch_size (default: the daemon's)")
 	flag.DurationVar(&o.readDuration, "read-duration", 5*time.Second, "how long the getFeed clients measure")

@@ -51,7 +51,7 @@ func TestIngestPhase(t *testing.T) {
 // index_all off, every viewer registered and complete before the seed
 // graph, so their follows are stored and the fan-out reaches them. The
 // write probe registers new viewers meanwhile and times them; the
-// first-read probe reads new viewers' first pages.
+// first-read probe reads new viewers' first pages, two clients at once.
 func TestRegisteredViewers(t *testing.T) {
 	// getFeed waits for a probed first read as long as it takes, here:
 	// under the race detector, beside other packages' tests on two cores,
@@ -61,7 +61,7 @@ func TestRegisteredViewers(t *testing.T) {
 	o := options{
 		accounts: 400, viewers: 40, follows: 10, events: 2000, seed: 1, registered: true,
 		phase: "ingest", dir: t.TempDir(), logLevel: "error", batchSize: 100, writeProbe: time.Millisecond,
-		firstReadProbe: time.Millisecond,
+		firstReadProbe: time.Millisecond, firstReadClients: 2,
 	}
 	var out bytes.Buffer
 	if err := run(context.Background(), o, &out); err != nil {
@@ -83,6 +83,10 @@ func TestRegisteredViewers(t *testing.T) {
 	m := regexp.MustCompile(`first-read probe: ([1-9][0-9]*) new viewers .*: (\d+) complete .*, (\d+) full; answered in p50 [0-9.]+ ms`).FindStringSubmatch(report)
 	if m == nil || m[1] != m[2] || m[1] != m[3] || !strings.Contains(report, "(first_read_wait 1m0s)") {
 		t.Errorf("first-read probe: want every first page read, complete and full:\n%s", report)
+	}
+	// Two probe clients, from one address: the admission lets both in.
+	if !strings.Contains(report, "first-read probe: 2 client(s), one every 1ms each; backfill.admission.client_interval lowered to 1ms") {
+		t.Errorf("first-read probe: want two clients and the admission's pace lowered:\n%s", report)
 	}
 	// The probes' writes are a request's, and were timed.
 	if !regexp.MustCompile(`request writes beside the ingester's: [1-9][0-9]*, waiting [0-9]+ ms`).MatchString(report) {
