@@ -2,7 +2,10 @@ package appview
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"log/slog"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/jetstream"
 )
 
 // Urgent writes that come back to back (new viewers' registrations in a
@@ -206,5 +210,92 @@ func TestAPartStopsAtOnceOnlyAFewTimesASecond(t *testing.T) {
 	clock = time.Unix(1_700_000_000, 0).Add(time.Millisecond + time.Second)
 	if !ask(clock) {
 		t.Fatal("a second after the oldest of the last stops, a stop did not come at once")
+	}
+}
+
+// A cut whose commit finds that an operator reset the stream cursor
+// (another process, between the cut's parts) adopts the reset position
+// instead of storing its own, asks the consumer to reconnect, and drops
+// the rest of its batch: those events came from before the reset, as the
+// queued ones did, and the replay from the reset position brings them
+// again. Nothing of the rest is written, and no commit after the cut
+// stores a cursor past the reset position.
+func TestACutThatFindsTheCursorResetDropsItsRest(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	store := openIndexAllStoreAt(t, path)
+	tool := openIndexAllStoreAt(t, path)
+	const backlog = 200
+	// A stored cursor to reset: the operator's command needs one.
+	if _, err := store.ApplyBatch(context.Background(), &feeds.Batch{Cursor: feeds.StreamCursor{TimeUS: t0 - 20_000_000}}); err != nil {
+		t.Fatal(err)
+	}
+	resetTo := time.UnixMicro(t0 - 10_000_000)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 20, partTime: time.Hour, batchInterval: time.Minute}
+	registerBatchCuts(prometheus.NewRegistry(), in)
+	restarts := 0
+	in.restart = func() uint64 { restarts++; return 1 }
+	registered := make(chan error, 1)
+	consumed := 0
+	in.consumed = func(*jetstream.Event) {
+		switch consumed++; consumed {
+		case 1:
+			// Before the first part opens its transaction, as the
+			// operator's command would between two commits.
+			if _, err := tool.ResetJetstream(context.Background(), resetTo, "ops", time.Now()); err != nil {
+				t.Error(err)
+				cancel()
+			}
+		case 30:
+			// The first part (events 1–20) is applied and holds the
+			// write lock: an urgent write cuts the batch there.
+			go func() {
+				_, err := store.RegisterViewer(feeds.Urgent(context.Background()), "did:plc:newviewer234567abcdefghi", "following", time.Now())
+				registered <- err
+			}()
+			for !store.WriterWanted() {
+				runtime.Gosched()
+			}
+		}
+	}
+	in.log, in.sweepIdle, in.now = slog.New(slog.DiscardHandler), time.Hour, time.Now
+	var commits []feeds.BatchResult
+	in.afterCommit = func(res feeds.BatchResult) {
+		commits = append(commits, res)
+		if res.CursorReset {
+			// The queued events are the old session's (0) and are
+			// dropped now: nothing more would come.
+			cancel()
+		}
+	}
+	if err := in.Run(ctx, queuedPosts(backlog, shortPost)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-registered; err != nil {
+		t.Fatal(err)
+	}
+	if len(commits) != 1 || !commits[0].CursorReset || commits[0].Applied != 20 {
+		t.Fatalf("commits %+v, want one: the cut, with the first part's 20 events, finding the reset", commits)
+	}
+	if restarts != 1 {
+		t.Errorf("the consumer was asked to reconnect %d times, want once", restarts)
+	}
+	if got := store.Cursor().TimeUS; got != resetTo.UnixMicro() {
+		t.Errorf("cursor at %d, want the reset position %d, not the cut's (the first part's last event, %d)", got, resetTo.UnixMicro(), t0+19)
+	}
+	// The first part's records were written by the cut; the rest (events
+	// 21–30 taken, the 170 queued) were dropped.
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var records int
+	if err := db.QueryRow(`SELECT count(*) FROM records`).Scan(&records); err != nil {
+		t.Fatal(err)
+	}
+	if records != 20 {
+		t.Errorf("%d records stored, want the first part's 20", records)
 	}
 }
