@@ -299,3 +299,67 @@ func TestACutThatFindsTheCursorResetDropsItsRest(t *testing.T) {
 		t.Errorf("%d records stored, want the first part's 20", records)
 	}
 }
+
+// A daemon stopped while the rest of a cut batch is in memory commits
+// that rest, with the events it takes on the way out, and stores the
+// cursor of the last one: nothing taken off the queue is lost, and the
+// cursor covers exactly what was written.
+func TestAStopAfterACutCommitsTheRestInMemory(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	store := openIndexAllStoreAt(t, path)
+	const backlog = 200
+	in := &ingester{store: store, batchSize: 10, catchupSize: 1000, partSize: 20, partTime: time.Hour, batchInterval: time.Minute}
+	registerBatchCuts(prometheus.NewRegistry(), in)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	registered := make(chan error, 1)
+	consumed := 0
+	in.consumed = func(*jetstream.Event) {
+		switch consumed++; consumed {
+		case 30:
+			// The first part (events 1–20) holds the write lock: an
+			// urgent write cuts the batch there, 21–30 in memory.
+			go func() {
+				_, err := store.RegisterViewer(feeds.Urgent(context.Background()), "did:plc:newviewer234567abcdefghi", "following", time.Now())
+				registered <- err
+			}()
+			for !store.WriterWanted() {
+				runtime.Gosched()
+			}
+		case 35:
+			// Stopped before the next part: the rest is 21–35.
+			cancel()
+		}
+	}
+	in.log, in.sweepIdle, in.now = slog.New(slog.DiscardHandler), time.Hour, time.Now
+	var commits []feeds.BatchResult
+	in.afterCommit = func(res feeds.BatchResult) { commits = append(commits, res) }
+	if err := in.Run(ctx, queuedPosts(backlog, shortPost)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-registered; err != nil {
+		t.Fatal(err)
+	}
+	// On the way out the ingester takes up to batch_size more.
+	if consumed != 35+in.batchSize {
+		t.Fatalf("%d events taken, want 35 and batch_size (%d) more on the way out", consumed, in.batchSize)
+	}
+	if len(commits) != 2 || commits[0].Applied != 20 || commits[1].Applied != consumed-20 {
+		t.Errorf("commits %+v, want the cut's 20 and the stop's %d", commits, consumed-20)
+	}
+	if got, want := store.Cursor().TimeUS, t0+int64(consumed)-1; got != want {
+		t.Errorf("cursor at %d, want the last taken event's %d", got, want)
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var records int
+	if err := db.QueryRow(`SELECT count(*) FROM records`).Scan(&records); err != nil {
+		t.Fatal(err)
+	}
+	if records != consumed {
+		t.Errorf("%d records stored, want every one of the %d events taken", records, consumed)
+	}
+}
