@@ -114,7 +114,8 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 	if c.cfg.UserAgent != "" {
 		header = http.Header{"User-Agent": {c.cfg.UserAgent}}
 	}
-	conn, resp, err := c.dialer.DialContext(ctx, target, header)
+	dialer, lift := boundedDialer(c.dialer)
+	conn, resp, err := dialer.DialContext(ctx, target, header)
 	if err != nil {
 		c.m.dialError()
 		if resp != nil {
@@ -124,6 +125,7 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 		}
 		return res, fmt.Errorf("dial: %w", err)
 	}
+	lift()
 	// The id first, then the generation: a Restart that came after the
 	// generation this session was dialed for (its resume position read
 	// with it) either returned an id above this one or finds the session
