@@ -254,9 +254,7 @@ func TestACutThatFindsTheCursorResetDropsItsRest(t *testing.T) {
 				_, err := store.RegisterViewer(feeds.Urgent(context.Background()), "did:plc:newviewer234567abcdefghi", "following", time.Now())
 				registered <- err
 			}()
-			for !store.WriterWanted() {
-				runtime.Gosched()
-			}
+			waitWanted(t, store, registered)
 		}
 	}
 	in.log, in.sweepIdle, in.now = slog.New(slog.DiscardHandler), time.Hour, time.Now
@@ -323,9 +321,7 @@ func TestAStopAfterACutCommitsTheRestInMemory(t *testing.T) {
 				_, err := store.RegisterViewer(feeds.Urgent(context.Background()), "did:plc:newviewer234567abcdefghi", "following", time.Now())
 				registered <- err
 			}()
-			for !store.WriterWanted() {
-				runtime.Gosched()
-			}
+			waitWanted(t, store, registered)
 		case 35:
 			// Stopped before the next part: the rest is 21–35.
 			cancel()
@@ -361,5 +357,23 @@ func TestAStopAfterACutCommitsTheRestInMemory(t *testing.T) {
 	}
 	if records != consumed {
 		t.Errorf("%d records stored, want every one of the %d events taken", records, consumed)
+	}
+}
+
+// waitWanted waits until an urgent write waits for the write lock the
+// ingester holds. A write that ended first (it failed before asking)
+// fails the test instead of leaving it spinning until the timeout; its
+// result is put back for the test to read.
+func waitWanted(t *testing.T, store *feeds.Store, result chan error) {
+	t.Helper()
+	for !store.WriterWanted() {
+		select {
+		case err := <-result:
+			result <- err
+			t.Errorf("the urgent write ended before it waited for the lock: %v", err)
+			return
+		default:
+		}
+		runtime.Gosched()
 	}
 }

@@ -9,10 +9,12 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// maxHandshakeBytes bounds what a server may send before the websocket
-// handshake completes: its status line and headers (and, on a refusal, the
-// first KiB of the body gorilla keeps). A Jetstream upgrade answer is a few
-// hundred bytes. Gorilla reads the headers with net/http's parser, which
+// maxHandshakeBytes bounds what the connection reads before the websocket
+// handshake completes: over wss the TLS handshake (the certificate chain),
+// a proxy's answer to CONNECT, the upgrade's status line and headers (on a
+// refusal, the first KiB of the body gorilla keeps) and any first frames
+// read with them. A Jetstream upgrade answer is a few hundred bytes, and
+// all of it together a few KiB. Gorilla reads the headers with net/http's parser, which
 // bounds nothing on the client side, so a broken or hostile endpoint that
 // streamed headers for the whole handshake timeout (10 s) had them all
 // held in memory.
@@ -51,7 +53,7 @@ func (c *handshakeConn) Read(p []byte) (int, error) {
 // from the connection the copy dialed (call it once DialContext
 // succeeded). A copy serves one dial.
 func boundedDialer(d *websocket.Dialer) (dialer *websocket.Dialer, lift func()) {
-	var dialed []*handshakeConn // the proxy's and the server's, or the server's
+	var dialed []*handshakeConn // one: a proxy's tunnel is the same connection
 	bound := func(conn net.Conn, err error) (net.Conn, error) {
 		if err != nil {
 			return nil, err

@@ -179,11 +179,17 @@ func (b *bench) start(ctx context.Context, playlist *replay.Playlist) error {
 		b.network.configure(&b.cfg)
 		// The probes all come from 127.0.0.1, one admission client:
 		// its pace must let every probe's viewers in, or they get 429.
+		// Their first asks come at once: the bucket holds one for each.
 		adm := &b.cfg.Backfill.Admission
-		if pace := b.o.firstReadProbe / time.Duration(2*max(b.o.firstReadClients, 1)); pace < adm.ClientInterval {
+		clients := max(b.o.firstReadClients, 1)
+		if pace := b.o.firstReadProbe / time.Duration(2*clients); pace < adm.ClientInterval {
 			adm.ClientInterval = max(pace, time.Millisecond)
 			fmt.Fprintf(b.out, "first-read probe: %d client(s), one every %s each; backfill.admission.client_interval lowered to %s\n",
-				max(b.o.firstReadClients, 1), b.o.firstReadProbe, adm.ClientInterval)
+				clients, b.o.firstReadProbe, adm.ClientInterval)
+		}
+		if clients > adm.ClientBurst {
+			adm.ClientBurst = clients
+			fmt.Fprintf(b.out, "first-read probe: backfill.admission.client_burst raised to %d\n", clients)
 		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
