@@ -67,7 +67,34 @@ func NewClient(httpClient *http.Client, opts Options) *Client {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Client{http: httpClient, maxBody: opts.MaxBodyBytes, timeout: opts.Timeout, now: opts.Now}
+	return &Client{http: sameHostRedirects(httpClient), maxBody: opts.MaxBodyBytes, timeout: opts.Timeout, now: opts.Now}
+}
+
+// sameHostRedirects returns a copy of client that follows a redirect only
+// to the host (and port) it asked. The backfill counts its requests,
+// slots and 429 pauses by the PDS host a DID document names; a redirect
+// elsewhere went uncounted there, so many documents naming hosts that
+// each redirect to one victim PDS sent it the whole backfill's
+// concurrency instead of its per-host share, and its 429s paused the
+// redirecting hosts, never it (a review found it; TestARedirectToAnotherHostIsRefused).
+// XRPC needs no redirects; one within the host (a path, http to https
+// where egress allows it) is still followed.
+func sameHostRedirects(client *http.Client) *http.Client {
+	c := *client
+	next := client.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if first := via[0].URL; !strings.EqualFold(req.URL.Host, first.Host) {
+			return fmt.Errorf("pds: refused redirect from %s to another host", first.Host)
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 { // net/http's own policy, which a CheckRedirect replaces
+			return errors.New("pds: stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
 }
 
 // ListRecords reads one page of collection in repo, newest record key first.
