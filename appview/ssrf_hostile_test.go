@@ -153,10 +153,11 @@ func TestSSRFDocumentsAreRefused(t *testing.T) {
 		{"a .localhost name", "did:plc:ssrfsublocalhost", "http://pds.localhost:" + port, "loopback"},
 	}
 	if name := loopbackName(); name != "" {
-		// Passes the document check (it is just a name); refused by the
-		// egress dialer on the address it resolves to, at connect time.
+		// Passes the document check (it is just a name, over https as
+		// a public endpoint must be); refused by the egress dialer on
+		// the address it resolves to, at connect time, before TLS.
 		tests = append(tests, struct{ name, did, endpoint, reason string }{
-			"name resolving to loopback (" + name + ")", "did:plc:ssrfhostname", "http://" + name + ":" + port, "loopback",
+			"name resolving to loopback (" + name + ")", "did:plc:ssrfhostname", "https://" + name + ":" + port, "loopback",
 		})
 	} else {
 		t.Log("no host name other than localhost resolves to loopback here; that case is not run")

@@ -592,7 +592,6 @@ func TestPDSEndpointIPLiteralsAndPortsAreSpelledOneWay(t *testing.T) {
 		"https://[::FFFF:102:304]:8443":          "https://1.2.3.4:8443",
 		"https://pds.example.com:0443":           "https://pds.example.com",
 		"https://pds.example.com:008443":         "https://pds.example.com:8443",
-		"http://1.2.3.4:00080/x":                 "http://1.2.3.4/x",
 	} {
 		got, err := checkPDSURL(endpoint, false)
 		if err != nil || got != want {

@@ -127,6 +127,13 @@ func checkPDSURL(endpoint string, allowPrivate bool) (string, error) {
 			}
 			return "", fmt.Errorf("%w: %s is %s", ErrForbiddenPDS, u.Host, reason)
 		}
+		// A public PDS speaks https: records fetched over http could be
+		// changed by anyone on the path, and an http endpoint sent
+		// requests to any port of any public host (a review found both).
+		// Private networks (tests, a home lab) may use http.
+		if u.Scheme != "https" {
+			return "", fmt.Errorf("%w: PDS endpoint %q is not https", ErrInvalidDocument, truncate(endpoint))
+		}
 	}
 	return strings.TrimRight(u.String(), "/"), nil
 }
@@ -157,6 +164,13 @@ func canonicalHost(u *url.URL) error {
 	// "[::ffff:1.2.3.4]" and "1.2.3.4", ":08443" and ":8443" are each
 	// dialled alike (TestPDSEndpointIPLiteralsAndPortsAreSpelledOneWay).
 	if addr, err := netip.ParseAddr(host); err == nil {
+		// A zone ("%eth0") names a link, not a host: every spelling
+		// reaches the same public address (dialled with the zone
+		// ignored), each with slots and a pause of its own
+		// (TestPDSEndpointWithAnIPv6ZoneIsRefused).
+		if addr.Zone() != "" {
+			return errors.New("an IPv6 zone is not a host")
+		}
 		host = addr.Unmap().String()
 	}
 	port := u.Port()

@@ -107,9 +107,9 @@ func TestParseDocument(t *testing.T) {
 	// unrelated service with a map endpoint.
 	body := `{"id":"` + alice.String() + `","alsoKnownAs":["https://x.com","at://not a handle","at://second.example.com"],
 		"service":[{"id":"#other","type":"X","serviceEndpoint":{"a":["b"]}},
-		{"id":"` + alice.String() + `#atproto_pds","type":"AtprotoPersonalDataServer","serviceEndpoint":"http://pds.example.com:2583"}]}`
+		{"id":"` + alice.String() + `#atproto_pds","type":"AtprotoPersonalDataServer","serviceEndpoint":"https://pds.example.com:2583"}]}`
 	doc, err = parseDocument(alice, []byte(body), false)
-	if err != nil || doc.handle != "" || doc.pds != "http://pds.example.com:2583" {
+	if err != nil || doc.handle != "" || doc.pds != "https://pds.example.com:2583" {
 		t.Fatalf("got %+v %v", doc, err)
 	}
 }

@@ -24,7 +24,9 @@ func (d *Directory) fetchDocument(ctx context.Context, did syntax.DID) (document
 	var docURL string
 	switch did.Method() {
 	case "plc":
-		docURL = d.plcURL + "/" + did.String()
+		// Escaped: a DID may carry '%', and "did:plc:%2e%2e%2f…" sent as
+		// is asked the PLC host for another path.
+		docURL = d.plcURL + "/" + url.PathEscape(did.String())
 	case "web":
 		u, err := didWebURL(did)
 		if err != nil {
