@@ -18,9 +18,10 @@ type IdentityConfig struct {
 	CacheTTL          time.Duration `yaml:"cache_ttl"`
 	ErrorTTL          time.Duration `yaml:"error_ttl"`
 	// AllowPrivateNetworks lets DID documents, handles and PDSes point at
-	// loopback, private and link-local addresses: for tests and private
-	// networks only, since a DID document could otherwise aim the appview
-	// at internal services.
+	// loopback, private and link-local addresses, and PDSes speak plain
+	// http: for tests and private networks only, since a DID document
+	// could otherwise aim the appview at internal services. Off, a PDS
+	// endpoint must be https.
 	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
 }
 
