@@ -284,15 +284,7 @@ func TestACutThatFindsTheCursorResetDropsItsRest(t *testing.T) {
 	}
 	// The first part's records were written by the cut; the rest (events
 	// 21–30 taken, the 170 queued) were dropped.
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var records int
-	if err := db.QueryRow(`SELECT count(*) FROM records`).Scan(&records); err != nil {
-		t.Fatal(err)
-	}
+	records := countRecords(t, path)
 	if records != 20 {
 		t.Errorf("%d records stored, want the first part's 20", records)
 	}
@@ -346,15 +338,7 @@ func TestAStopAfterACutCommitsTheRestInMemory(t *testing.T) {
 	if got, want := store.Cursor().TimeUS, t0+int64(consumed)-1; got != want {
 		t.Errorf("cursor at %d, want the last taken event's %d", got, want)
 	}
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var records int
-	if err := db.QueryRow(`SELECT count(*) FROM records`).Scan(&records); err != nil {
-		t.Fatal(err)
-	}
+	records := countRecords(t, path)
 	if records != consumed {
 		t.Errorf("%d records stored, want every one of the %d events taken", records, consumed)
 	}
@@ -376,4 +360,19 @@ func waitWanted(t *testing.T, store *feeds.Store, result chan error) {
 		}
 		runtime.Gosched()
 	}
+}
+
+// countRecords counts the records stored in the database at path.
+func countRecords(t *testing.T, path string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM records`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
