@@ -181,7 +181,7 @@ func (b *bench) start(ctx context.Context, playlist *replay.Playlist) error {
 		// its pace must let every probe's viewers in, or they get 429.
 		// Their first asks come at once: the bucket holds one for each.
 		adm := &b.cfg.Backfill.Admission
-		clients := max(b.o.firstReadClients, 1)
+		clients := b.o.firstReadClients
 		if pace := b.o.firstReadProbe / time.Duration(2*clients); pace < adm.ClientInterval {
 			adm.ClientInterval = max(pace, time.Millisecond)
 			fmt.Fprintf(b.out, "first-read probe: %d client(s), one every %s each; backfill.admission.client_interval lowered to %s\n",

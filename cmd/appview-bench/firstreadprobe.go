@@ -259,6 +259,6 @@ func (p *firstReadProbe) stop(b *bench) error {
 	}
 	p50, p90, most := spread(took)
 	fmt.Fprintf(b.out, "first-read probe: %d new viewers from %d client(s) (%d follows, %d posts each on a loopback PDS) read their first page of %d during the timed ingest: %d complete (the newest posts of every account followed), %d full; answered in p50 %.1f ms, p90 %.1f ms, max %.1f ms (first_read_wait %s)\n",
-		len(took), max(b.o.firstReadClients, 1), firstReadFollows, firstReadPosts, firstReadLimit, complete, full, p50, p90, most, b.cfg.Backfill.FirstReadWait)
+		len(took), b.o.firstReadClients, firstReadFollows, firstReadPosts, firstReadLimit, complete, full, p50, p90, most, b.cfg.Backfill.FirstReadWait)
 	return nil
 }

@@ -120,7 +120,7 @@ func (b *bench) ingestPhase(ctx context.Context) (ingestResult, error) {
 	}
 	var firstReads *firstReadProbe
 	if b.o.firstReadProbe > 0 {
-		firstReads = b.startFirstReadProbe(ctx, b.o.firstReadProbe, max(b.o.firstReadClients, 1))
+		firstReads = b.startFirstReadProbe(ctx, b.o.firstReadProbe, b.o.firstReadClients)
 	}
 
 	// The cursor moves a commit at a time, and a catch-up commit (up to

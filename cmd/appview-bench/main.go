@@ -103,6 +103,8 @@ func main() {
 }
 
 func run(ctx context.Context, o options, out io.Writer) error {
+	// At least one probe client; tests build options without the flag.
+	o.firstReadClients = max(o.firstReadClients, 1)
 	switch o.phase {
 	case "ingest", "read", "all":
 	default:
