@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/atfeeds/appview/internal/retryafter"
 	"github.com/atfeeds/appview/internal/textclip"
 )
 
@@ -181,47 +182,9 @@ func classify(status int, header http.Header, body []byte, hadCursor bool, now t
 	return e
 }
 
-// retryAfter reads Retry-After (seconds or an HTTP date), else the
-// RateLimit-Reset epoch seconds Bluesky PDSes send. A Retry-After that
-// cannot be read does not hide a RateLimit-Reset that can
-// (TestAnUnreadableRetryAfterDoesNotHideRateLimitReset).
+// retryAfter is how long a 429 asked us to wait, bounded by maxRetryAfter.
 func retryAfter(h http.Header, now time.Time) time.Duration {
-	d, ok := retryAfterHeader(strings.TrimSpace(h.Get("Retry-After")), now)
-	if !ok {
-		d = rateLimitReset(strings.TrimSpace(h.Get("RateLimit-Reset")), now)
-	}
-	return max(0, min(d, maxRetryAfter))
-}
-
-// retryAfterHeader reads a Retry-After value; ok is false when there is
-// none or it is neither seconds nor an HTTP date.
-func retryAfterHeader(v string, now time.Time) (d time.Duration, ok bool) {
-	if v == "" {
-		return 0, false
-	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		// Clamped before the multiplication, which a large negative
-		// value overflows into a huge wait
-		// (TestANegativeRetryAfterDoesNotWrapToTheCap).
-		return time.Duration(max(0, min(secs, int64(maxRetryAfter/time.Second)))) * time.Second, true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return t.Sub(now), true
-	}
-	return 0, false
-}
-
-// rateLimitReset reads a RateLimit-Reset value, unix seconds; zero when
-// there is none or it cannot be read.
-func rateLimitReset(v string, now time.Time) time.Duration {
-	epoch, err := strconv.ParseInt(v, 10, 64)
-	switch {
-	case err != nil:
-		return 0
-	case epoch >= now.Add(maxRetryAfter).Unix():
-		return maxRetryAfter
-	}
-	return time.Unix(epoch, 0).Sub(now)
+	return retryafter.Parse(h, now, maxRetryAfter)
 }
 
 // truncate keeps hostile strings short, at a rune boundary.
