@@ -2,6 +2,7 @@ package backfill
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -44,5 +45,49 @@ func TestABusyDirectoryCostsAListingNoAttempt(t *testing.T) {
 		if st.Attempts != tc.attempts || st.NextRetry.IsZero() {
 			t.Errorf("%s after %v: %+v, want %d attempts and a retry time", tc.account, tc.err, st, tc.attempts)
 		}
+	}
+}
+
+// A first read whose viewer the directory could not be asked about (the
+// PLC paused us after its 429) learnt nothing about the viewer: it waits
+// out the pause with no attempt counted, however many reads meet it, and
+// reads in full once the directory answers. Counted, two such reads gave
+// the viewer up (MaxAttempts 2) during the PLC's rate limit.
+func TestAPausedDirectoryCostsAFirstReadNoAttempt(t *testing.T) {
+	w := newWorld(t, Config{RetryBase: time.Second, MaxAttempts: 2})
+	viewer, acct := w.account("viewer"), w.account("acct")
+	w.follow(viewer, acct, 1)
+	w.post(acct, 2)
+	ctx := context.Background()
+	working := w.svc.resolver
+	w.svc.resolver = failingResolver{&directory.PausedError{Service: "PLC directory", Status: 429, Left: 7 * time.Second}}
+	for i := range 4 {
+		if err := w.svc.Ensure(ctx, viewer, "following", "c"); err != nil {
+			t.Fatal(err)
+		}
+		st, _ := w.store.RegisterViewer(ctx, viewer, "following", w.clock)
+		if st.Attempts != 0 || st.Complete {
+			t.Fatalf("read %d during the pause: %+v, want no attempt counted and not complete", i, st)
+		}
+		// Not due again before the pause ends: a read within it asks
+		// nothing.
+		w.svc.resolver = failingResolver{errors.New("asked during the pause")}
+		w.advance(6 * time.Second)
+		if err := w.svc.Ensure(ctx, viewer, "following", "c"); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := w.store.RegisterViewer(ctx, viewer, "following", w.clock); st.Attempts != 0 {
+			t.Fatalf("read %d within the pause asked again: %+v", i, st)
+		}
+		w.svc.resolver = failingResolver{&directory.PausedError{Service: "PLC directory", Left: 7 * time.Second}}
+		w.advance(2 * time.Second)
+		w.svc.forgetComplete()
+	}
+	w.svc.resolver = working
+	if err := w.svc.Ensure(ctx, viewer, "following", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := w.store.RegisterViewer(ctx, viewer, "following", w.clock); !st.Complete || st.Attempts != 0 {
+		t.Fatalf("once the directory answers: %+v, want complete with no attempt counted", st)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/atfeeds/appview/directory"
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/pds"
 )
@@ -380,6 +381,14 @@ func (s *Service) runFirstRead(ctx context.Context, key viewerKey, progress func
 				wait = pds.DefaultHostPause
 			}
 			notDue = &notDueError{until: s.cfg.Now().Add(wait), last: err.Error()}
+		}
+		if errors.Is(err, directory.ErrBusy) {
+			// The identity directory could not be asked: the PLC paused
+			// us after a 429 or 503, or too many lookups were in flight.
+			// Nothing was learnt about the viewer, so, as for a paused
+			// host, it waits with no attempt counted
+			// (TestAPausedDirectoryCostsAFirstReadNoAttempt).
+			notDue = &notDueError{until: s.cfg.Now().Add(directory.RetryAfter(err)), last: err.Error()}
 		}
 		if notDue != nil || errors.As(err, &notDue) {
 			// The viewer's follow listing waits out its own retry time (a

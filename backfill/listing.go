@@ -397,7 +397,8 @@ func (s *Service) fail(ctx context.Context, account syntax.DID, coll syntax.NSID
 		}
 		st.LastError = err.Error()
 		st.Gone = gone
-		wait := s.retryAfter(st.Attempts)
+		// A paused directory's time left is a wait of its own.
+		wait := max(s.retryAfter(st.Attempts), directory.RetryAfter(err))
 		var pe *pds.Error
 		if errors.As(err, &pe) && pe.RetryAfter > 0 && (pe.RetryAfter > wait || pe.Kind == pds.KindRateLimited) {
 			// A rate limit's Retry-After is the host's word on when to

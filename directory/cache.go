@@ -113,6 +113,13 @@ func (c *cache[V]) get(ctx context.Context, key string, fetch func(context.Conte
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 		defer cancel()
 		val, err := fetch(fctx)
+		if errors.Is(err, ErrBusy) {
+			// A paused service (pause.go) said nothing about the key:
+			// not cached, so the first lookup after the pause asks. The
+			// error is ours, small, and kept whole for RetryAfter.
+			c.end(key, seq, nil)
+			return &entry[V]{key: key, err: err}, nil
+		}
 		e := &entry[V]{key: key, val: val, err: boundError(err)}
 		c.end(key, seq, e)
 		return e, nil
@@ -183,6 +190,8 @@ func (c *cache[V]) begin(key string) uint64 {
 	return c.seq
 }
 
+// end closes the fetch begun as seq and stores e, unless e is nil or key
+// was purged while the fetch ran.
 func (c *cache[V]) end(key string, seq uint64, e *entry[V]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -191,7 +200,7 @@ func (c *cache[V]) end(key string, seq uint64, e *entry[V]) {
 		delete(c.inflight, key)
 		delete(c.purgedAt, key)
 	}
-	if wasPurged && seq <= purged {
+	if e == nil || (wasPurged && seq <= purged) {
 		return
 	}
 	ttl := c.hitTTL

@@ -112,6 +112,9 @@ type Directory struct {
 	lookupTXT func(ctx context.Context, name string) ([]string, error)
 	docs      *cache[document]
 	handles   *cache[syntax.DID]
+	// plcPause and resolverPause hold off the PLC directory and the
+	// handle resolver after a 429 or 503 (pause.go).
+	plcPause, resolverPause *pause
 }
 
 // New returns a Directory for cfg.
@@ -147,6 +150,9 @@ func New(cfg Config) *Directory {
 		lookupTXT: net.DefaultResolver.LookupTXT,
 		docs:      newCache[document](cfg),
 		handles:   newCache[syntax.DID](cfg),
+
+		plcPause:      &pause{service: "PLC directory"},
+		resolverPause: &pause{service: "handle resolver"},
 	}
 	return d
 }

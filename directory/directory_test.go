@@ -412,7 +412,7 @@ func TestPrivatePDSAllowed(t *testing.T) {
 	}
 }
 
-// A failure that may pass (the directory answering 5xx) is cached for a
+// A failure that may pass (the directory answering 5xx but 503) is cached for a
 // quarter of ErrTTL: the backfill retries a listing whose identity did
 // not resolve a minute later, and with the failure cached for the whole
 // ErrTTL (2 min) that retry was answered from the cache, an attempt spent
@@ -423,8 +423,10 @@ func TestAPassingFailureIsCachedBriefly(t *testing.T) {
 	plc := startPLC(t)
 	plc.Add(alice, "", pds1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A 502, not a 503: a 503 pauses the PLC and is not cached
+		// (TestAPLCRateLimitPausesEveryLookup).
 		if failing.Load() {
-			http.Error(w, "overloaded", http.StatusServiceUnavailable)
+			http.Error(w, "bad gateway", http.StatusBadGateway)
 			return
 		}
 		http.Redirect(w, r, plc.URL()+r.URL.Path, http.StatusTemporaryRedirect)

@@ -36,7 +36,12 @@ func (d *Directory) fetchDocument(ctx context.Context, did syntax.DID) (document
 	default:
 		return document{}, fmt.Errorf("%w: DID method %q not supported", ErrNotFound, did.Method())
 	}
-	body, err := d.get(ctx, docURL, maxDocumentBytes)
+	// Only the PLC directory is paused: a did:web host is a stranger's.
+	var p *pause
+	if did.Method() == "plc" {
+		p = d.plcPause
+	}
+	body, err := d.get(ctx, docURL, maxDocumentBytes, p)
 	if err != nil {
 		return document{}, fmt.Errorf("resolve %s: %w", did, err)
 	}
@@ -57,7 +62,7 @@ func didWebURL(did syntax.DID) (string, error) {
 func (d *Directory) resolveHandleXRPC(ctx context.Context, handle syntax.Handle) (syntax.DID, error) {
 	u := strings.TrimRight(d.cfg.HandleResolverURL, "/") +
 		"/xrpc/com.atproto.identity.resolveHandle?handle=" + url.QueryEscape(handle.String())
-	body, err := d.get(ctx, u, maxHandleAnswerBytes)
+	body, err := d.get(ctx, u, maxHandleAnswerBytes, d.resolverPause)
 	if err != nil {
 		return "", fmt.Errorf("resolve handle %s: %w", handle, err)
 	}
@@ -153,8 +158,13 @@ func (d *Directory) resolveHandleWellKnown(ctx context.Context, handle syntax.Ha
 // get fetches u and returns its body, capped at max bytes. A 404 or 410 (PLC
 // answers 410 for a tombstoned DID) and an XRPC "not found" answer are
 // ErrNotFound; a wrong content type or an oversized body is
-// ErrInvalidDocument; anything else that fails is ErrUnavailable.
-func (d *Directory) get(ctx context.Context, u string, max int64) ([]byte, error) {
+// ErrInvalidDocument; anything else that fails is ErrUnavailable. p, when
+// not nil, is the pause of the configured service u is on: while it runs
+// nothing is sent, and a 429 or 503 starts it (both a *PausedError).
+func (d *Directory) get(ctx context.Context, u string, max int64, p *pause) ([]byte, error) {
+	if err := p.check(d.cfg.Now()); err != nil {
+		return nil, err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidDocument, err)
@@ -170,6 +180,9 @@ func (d *Directory) get(ctx context.Context, u string, max int64) ([]byte, error
 		errBody, _ := egress.ReadBody(io.LimitReader(resp.Body, 4<<10), 4<<10)
 		if notFound(resp.StatusCode, errBody) {
 			return nil, fmt.Errorf("%w: status %d", ErrNotFound, resp.StatusCode)
+		}
+		if err := p.note(resp.StatusCode, resp.Header, d.cfg.Now()); err != nil {
+			return nil, err
 		}
 		return nil, fmt.Errorf("%w: status %d", ErrUnavailable, resp.StatusCode)
 	}

@@ -28,6 +28,10 @@ type Server struct {
 	failHandles int
 	handleReqs  int
 	block       chan struct{} // when set, document requests wait on it
+	// limitDocs document requests still to answer 429 with
+	// limitRetryAfter as their Retry-After.
+	limitDocs       int
+	limitRetryAfter string
 }
 
 // NewServer starts a fake PLC directory on 127.0.0.1. Close it when done.
@@ -182,7 +186,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.total++
 	s.docRequests[did]++
 	block := s.block
+	limited, retryAfter := s.limitDocs > 0, s.limitRetryAfter
+	if limited {
+		s.limitDocs--
+	}
 	s.mu.Unlock()
+	if limited {
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
+		http.Error(w, "rate limited", http.StatusTooManyRequests)
+		return
+	}
 	if block != nil {
 		select {
 		case <-block:
@@ -204,6 +219,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", ct)
 		w.Write(body)
 	}
+}
+
+// LimitDocuments makes the next n document requests answer 429, with
+// retryAfter as their Retry-After header when it is not empty, as the
+// PLC directory does when we ask too fast.
+func (s *Server) LimitDocuments(n int, retryAfter string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limitDocs, s.limitRetryAfter = n, retryAfter
 }
 
 // FailHandles makes the next n handle resolutions answer 503, as a
