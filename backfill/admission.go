@@ -3,9 +3,10 @@ package backfill
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/atfeeds/appview/internal/clientkey"
 )
 
 // First reads are the expensive thing an outsider can trigger: each one
@@ -96,7 +97,7 @@ func newAdmission(cfg AdmissionConfig) *admission {
 
 // allowClient takes a token from the client's bucket.
 func (a *admission) allowClient(client string, now time.Time) error {
-	client = clientKey(client)
+	client = clientkey.Of(client)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	b := a.buckets[client]
@@ -167,18 +168,4 @@ func (q *queueSlot) release() {
 	q.a.waiting--
 	q.a.mu.Unlock()
 	q.a = nil
-}
-
-// clientKey is the bucket a client address draws from: an IPv6 address's
-// /64, the smallest block a host is usually given, so one host cannot
-// take a fresh bucket for each of its addresses (a review admitted 1,000
-// new viewers at once from one /64 with a burst of 1). IPv4 addresses,
-// IPv4-mapped ones included, and anything that is not an address are
-// their own key.
-func clientKey(client string) string {
-	addr, err := netip.ParseAddr(client)
-	if err != nil || !addr.Is6() || addr.Is4In6() {
-		return client
-	}
-	return netip.PrefixFrom(addr.WithZone(""), 64).Masked().String()
 }

@@ -28,7 +28,4 @@ func TestAdmissionBucketsAnIPv6ClientByItsSlash64(t *testing.T) {
 			t.Errorf("%s shares the first /64's bucket: %v", other, err)
 		}
 	}
-	if got := clientKey("2001:db8:1:2:aaaa:bbbb:cccc:dddd"); got != "2001:db8:1:2::/64" {
-		t.Errorf("clientKey = %q", got)
-	}
 }
