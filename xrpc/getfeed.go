@@ -15,6 +15,7 @@ import (
 	"github.com/atfeeds/appview/backfill"
 	"github.com/atfeeds/appview/directory"
 	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/internal/clientkey"
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/labstack/echo/v4"
 )
@@ -189,7 +190,12 @@ func (s *Server) resolveActor(c echo.Context, p *feedParams) *Error {
 	// waiting for and caches its answer, so a retry after a 504 can hit.
 	ctx, cancel := context.WithTimeout(c.Request().Context(), s.actorTimeout)
 	defer cancel()
-	did, err := s.actors.ResolveHandle(ctx, p.Handle)
+	did, err := s.resolveHandleShared(ctx, clientkey.Of(c.RealIP()), p.Handle)
+	if errors.Is(err, errShareTaken) {
+		s.logger.Debug("resolve actor", "err", err)
+		c.Response().Header().Set("Retry-After", "1")
+		return &Error{Status: http.StatusTooManyRequests, Name: "RateLimitExceeded", Message: err.Error() + "; retry later"}
+	}
 	if err != nil {
 		xe := actorError(p.Handle, err)
 		if xe.Status >= http.StatusInternalServerError {

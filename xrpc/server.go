@@ -182,6 +182,8 @@ type Server struct {
 	scanLimit int
 	// actorTimeout bounds a handle actor's resolution (actorLookupTimeout).
 	actorTimeout time.Duration
+	// lookups is each client's share of handle lookups (handleshare.go).
+	lookups *lookupShares
 	// firstReadBudget bounds, from the start of a getFeed, its wait for a
 	// viewer's first read (firstReadDeadline).
 	firstReadBudget time.Duration
@@ -231,6 +233,7 @@ func NewServer(cfg Config) *Server {
 		// Derived from the write timeout so that a test shortening it
 		// shortens the lookup too.
 		actorTimeout:    actorLookupTimeout(timeouts.Write),
+		lookups:         newLookupShares(maxLookupsPerClient),
 		firstReadBudget: firstReadDeadline(timeouts.Write),
 	}
 	for _, f := range cfg.Feeds {
