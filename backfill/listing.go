@@ -50,14 +50,15 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 		}
 	}
 	if run.Skipped > 0 {
+		malformed := run.Skipped - run.overLimit
 		// Hostile or broken records of the pages stored: counted, and
 		// one line a run, also when the run was cut off after them: the
 		// next run resumes past the pages it committed and never sees
 		// them again (TestRecordsDroppedByAListingCutOffAreCounted). A
 		// page not stored is fetched again, and counted then
 		// (TestRecordsDroppedFromAPageThatWasNotStoredAreCountedOnce).
-		s.metrics.droppedRecords(kind, run.Skipped)
-		s.log.Info("dropped malformed listed records", "account", account, "collection", coll, "dropped", run.Skipped)
+		s.metrics.droppedRecords(kind, malformed, run.overLimit)
+		s.log.Info("dropped listed records", "account", account, "collection", coll, "malformed", malformed, "over_limit", run.overLimit)
 	}
 	if ourContextEnded(ctx, err) {
 		return err
@@ -79,6 +80,10 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 type listingRun struct {
 	feeds.SyncRun
 	recorded bool
+	// overLimit counts the records of the run's stored pages that were
+	// past the limit asked for; SyncRun.Skipped counts them too, with the
+	// malformed ones.
+	overLimit int
 }
 
 // errNoFollower ends a target listing whose page found that no viewer
@@ -135,7 +140,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		records := make([]feeds.ListedRecord, 0, len(page.Records))
 		// dropped counts once the page is stored: a page not written is
 		// fetched again, and its records dropped again, by the next run.
-		dropped := page.Skipped
+		dropped := page.Dropped()
 		for _, r := range page.Records {
 			lr, ok := s.parseRecord(coll, r)
 			if !ok {
@@ -153,11 +158,11 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		next.Gone = false
 		next.Page++
 		next.Cursor = page.Cursor
-		next.Fetched += len(page.Records) + page.Skipped
+		next.Fetched += len(page.Records) + page.Dropped()
 		// The listing ends with no cursor, a cursor that does not advance,
 		// a short page (saving the empty page a PDS answers last), or
 		// enough records.
-		got := len(page.Records) + page.Skipped
+		got := len(page.Records) + page.Dropped()
 		stuck := page.Cursor != "" && page.Cursor == st.Cursor
 		// Only a page without a cursor, or an empty one, shows the end;
 		// a short page with a cursor may be a PDS that caps its pages.
@@ -168,7 +173,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 			next.Complete, next.Attempts, next.LastError, next.NextRetry = true, 0, "", time.Time{}
 		}
 		var span *feeds.KeySpan
-		if len(records) == len(page.Records) && page.Skipped == 0 && !stuck {
+		if len(records) == len(page.Records) && page.Dropped() == 0 && !stuck {
 			span = pageSpan(records, above, aboveKnown, ended)
 		}
 		above, aboveKnown = nextAbove(page, above, aboveKnown)
@@ -212,6 +217,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		if !res.Stale && !res.NotViewer && !res.NotFollowed && !res.AccountDeleted {
 			countStoredPage(ctx) // the page moved the listing's cursor
 			run.Skipped += dropped
+			run.overLimit += page.OverLimit
 		}
 		run.Written += res.Written
 		run.recorded = res.RunRecorded
@@ -300,7 +306,7 @@ func pageSpan(records []feeds.ListedRecord, above string, aboveKnown, ended bool
 // its key).
 func nextAbove(page pds.Page, above string, known bool) (string, bool) {
 	records := page.Records
-	if page.Skipped > 0 {
+	if page.Dropped() > 0 {
 		return "", false
 	}
 	if len(records) == 0 {

@@ -19,6 +19,7 @@ type Metrics struct {
 	dropped       prometheus.Counter
 	rejections    *prometheus.CounterVec
 	droppedRecs   *prometheus.CounterVec
+	overLimitRecs *prometheus.CounterVec
 	longCursors   prometheus.Counter
 	unlisted      prometheus.Counter
 	restored      prometheus.Counter
@@ -73,6 +74,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: ns, Subsystem: "backfill", Name: "records_dropped_total",
 		Help: "Records a PDS listed that were dropped as malformed (a follow whose subject is not a DID, a record too large or deep, a key of the wrong form), by listing kind (follows, targets).",
 	}, []string{"kind"})
+	m.overLimitRecs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: "backfill", Name: "records_over_limit_total",
+		Help: "Records a PDS listed past the page limit we asked for, not read (the page's cursor already points past them), by listing kind (follows, targets).",
+	}, []string{"kind"})
 	m.longCursors = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: "backfill", Name: "cursor_too_long_total",
 		Help: "PDS listing pages whose cursor was over 2,048 bytes; the round ended with that error.",
@@ -97,7 +102,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: ns, Subsystem: "backfill", Name: "listed_edits_total",
 		Help: "Stored records a listing found edited since they were written, an edit the stream missed (a gap, or an account out of scope), whose body and CID it took.",
 	})
-	reg.MustRegister(m.rejections, m.droppedRecs, m.longCursors, m.unlisted, m.restored, m.edited)
+	reg.MustRegister(m.rejections, m.droppedRecs, m.overLimitRecs, m.longCursors, m.unlisted, m.restored, m.edited)
 	reg.MustRegister(m.firstReads, m.firstReadTime, m.waitedOut, m.runs, m.runTime, m.pdsRequests, m.queue, m.dropped)
 	return m
 }
@@ -156,9 +161,17 @@ func (m *Metrics) rejected(reason string) {
 	}
 }
 
-func (m *Metrics) droppedRecords(kind string, n int) {
-	if m != nil && n > 0 {
-		m.droppedRecs.WithLabelValues(kind).Add(float64(n))
+// droppedRecords counts the records a listing's stored pages dropped:
+// malformed ones, and those past the page's limit.
+func (m *Metrics) droppedRecords(kind string, malformed, overLimit int) {
+	if m == nil {
+		return
+	}
+	if malformed > 0 {
+		m.droppedRecs.WithLabelValues(kind).Add(float64(malformed))
+	}
+	if overLimit > 0 {
+		m.overLimitRecs.WithLabelValues(kind).Add(float64(overLimit))
 	}
 }
 

@@ -327,7 +327,7 @@ func TestGetRecordRefusesOversizedRecord(t *testing.T) {
 
 // TestListRecordsCapsPageAtLimit: a PDS that answers with more records
 // than asked for gets only the first limit of them taken; the rest are
-// counted as skipped.
+// counted over the limit, not as invalid.
 func TestListRecordsCapsPageAtLimit(t *testing.T) {
 	var recs []string
 	for i := range 5 {
@@ -343,7 +343,8 @@ func TestListRecordsCapsPageAtLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(page.Records) != 2 || page.Records[0].RKey != tid(10) || page.Records[1].RKey != tid(9) || page.Skipped != 3 {
-		t.Fatalf("got %d records, %d skipped; want the first 2 and 3 skipped", len(page.Records), page.Skipped)
+	if len(page.Records) != 2 || page.Records[0].RKey != tid(10) || page.Records[1].RKey != tid(9) || page.OverLimit != 3 || page.Skipped != 0 {
+		t.Fatalf("got %d records, %d over the limit, %d skipped; want the first 2 and 3 over the limit, none skipped as invalid",
+			len(page.Records), page.OverLimit, page.Skipped)
 	}
 }

@@ -45,13 +45,18 @@ type Record struct {
 }
 
 // Page is one listRecords page. Cursor is empty when the PDS sent none: the
-// listing is over. Skipped counts records dropped: invalid, or beyond the
-// limit asked for.
+// listing is over. Skipped counts the records dropped as invalid,
+// OverLimit those beyond the limit asked for, not read: a PDS answering
+// more than asked is misbehaving, not listing malformed records.
 type Page struct {
-	Records []Record
-	Cursor  string
-	Skipped int
+	Records   []Record
+	Cursor    string
+	Skipped   int
+	OverLimit int
 }
+
+// Dropped is every record the page listed but does not hold.
+func (p Page) Dropped() int { return p.Skipped + p.OverLimit }
 
 type rawRecord struct {
 	URI   string          `json:"uri"`
@@ -65,7 +70,7 @@ type rawRecord struct {
 //
 // Only the first limit records are taken: a PDS that sends more than asked
 // for must not make one page store (and fan out) thousands of records. The
-// rest are counted as skipped, not read; the page's cursor already points
+// rest are counted in OverLimit, not read; the page's cursor already points
 // past them, so this listing never sees them, which is the misbehaving
 // PDS's loss.
 //
@@ -85,7 +90,7 @@ func decodePage(body []byte, repo syntax.DID, collection syntax.NSID, limit int)
 	if !out.Records.seen {
 		return Page{}, errors.New("decode listRecords: no records array")
 	}
-	page := Page{Skipped: out.Records.skipped}
+	page := Page{OverLimit: out.Records.over}
 	if out.Cursor != nil {
 		if len(*out.Cursor) > maxCursorBytes {
 			return Page{}, fmt.Errorf("decode listRecords: %w: %d bytes", ErrCursorTooLong, len(*out.Cursor))
@@ -113,17 +118,17 @@ func decodePage(body []byte, repo syntax.DID, collection syntax.NSID, limit int)
 // elements kept, the rest counted. A null is no array; an array named
 // twice counts as its last, as encoding/json has it for any member.
 type pageRecords struct {
-	limit   int
-	seen    bool
-	kept    []json.RawMessage
-	skipped int
+	limit int
+	seen  bool
+	kept  []json.RawMessage
+	over  int
 }
 
 // UnmarshalJSON is handed the array's bytes by json.Unmarshal, which has
 // checked the whole answer is valid JSON: so a scan that steps over
 // strings and counts nesting finds the elements.
 func (r *pageRecords) UnmarshalJSON(b []byte) error {
-	r.seen, r.kept, r.skipped = false, nil, 0
+	r.seen, r.kept, r.over = false, nil, 0
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) > 0 && b[0] == 'n' { // null
 		return nil
@@ -142,7 +147,7 @@ func (r *pageRecords) UnmarshalJSON(b []byte) error {
 		case len(r.kept) < r.limit:
 			r.kept = append(r.kept, bytes.Clone(raw))
 		default:
-			r.skipped++
+			r.over++
 		}
 	}
 	for i := 1; i < len(b); i++ {

@@ -210,8 +210,8 @@ func TestDecodePageMemoryIsBoundedByLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	elements := strings.Count(string(body), "0")
-	if len(page.Records) != 0 || page.Skipped != elements || page.Cursor != "next" {
-		t.Fatalf("page: %d records, %d skipped (want about %d), cursor %q", len(page.Records), page.Skipped, elements, page.Cursor)
+	if len(page.Records) != 0 || page.Dropped() != elements || page.Cursor != "next" {
+		t.Fatalf("page: %d records, %d dropped (want about %d), cursor %q", len(page.Records), page.Dropped(), elements, page.Cursor)
 	}
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 3*uint64(len(body)) {
 		t.Errorf("decoding a %d-byte page allocated %d bytes", len(body), alloc)

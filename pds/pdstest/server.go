@@ -56,6 +56,9 @@ const (
 	FaultBadJSON
 	// FaultDelayed answers normally, but only after Delay.
 	FaultDelayed
+	// FaultOverLimit lists up to twice the records asked for, its cursor
+	// after the limit-th, as a PDS that ignores the limit.
+	FaultOverLimit
 )
 
 // Delay is how long a FaultDelayed answer waits.
@@ -294,16 +297,22 @@ func (s *Server) listRecords(w http.ResponseWriter, r *http.Request) {
 	// the page as it would on a broken PDS.
 	var items [][]byte
 	next := ""
+	most := limit
+	if f == FaultOverLimit {
+		most = 2 * limit
+	}
 	for _, rk := range rkeys {
 		if cursor != "" && ((!reverse && rk.String() >= cursor) || (reverse && rk.String() <= cursor)) {
 			continue
 		}
-		if len(items) == limit {
+		if len(items) == most {
 			break
 		}
 		rec := recs[rk]
 		items = append(items, recordJSON(recordURI(did, collection, rk), rec.cid, rec.value))
-		next = rk.String()
+		if len(items) <= limit {
+			next = rk.String()
+		}
 	}
 	s.mu.Unlock()
 	if !known {
