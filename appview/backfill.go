@@ -97,6 +97,8 @@ func ResolveActor(ctx context.Context, dir *directory.Directory, actor string) (
 // handleResolver adapts the directory to the XRPC server's actor lookup.
 type handleResolver struct{ dir *directory.Directory }
 
+func (r handleResolver) HandleCached(h syntax.Handle) bool { return r.dir.HandleCached(h) }
+
 func (r handleResolver) ResolveHandle(ctx context.Context, h syntax.Handle) (syntax.DID, error) {
 	id, err := r.dir.LookupHandle(ctx, h)
 	if err != nil {

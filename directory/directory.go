@@ -151,8 +151,8 @@ func New(cfg Config) *Directory {
 		docs:      newCache[document](cfg),
 		handles:   newCache[syntax.DID](cfg),
 
-		plcPause:      &pause{service: "PLC directory"},
-		resolverPause: &pause{service: "handle resolver"},
+		plcPause:      &pause{service: "PLC directory", probeTimeout: cfg.Timeout},
+		resolverPause: &pause{service: "handle resolver", probeTimeout: cfg.Timeout},
 	}
 	return d
 }
@@ -211,6 +211,25 @@ func (d *Directory) LookupHandle(ctx context.Context, handle syntax.Handle) (*Id
 		return nil, fmt.Errorf("%w: %s resolves to %s, which claims %q", ErrHandleMismatch, handle, did, doc.handle)
 	}
 	return &Identity{DID: did, Handle: handle, PDS: doc.pds}, nil
+}
+
+// HandleCached reports whether LookupHandle would answer handle from the
+// cache alone: its resolution is cached, and so is the document of the
+// DID it resolved to. A cached failure counts: it is answered as well.
+func (d *Directory) HandleCached(handle syntax.Handle) bool {
+	handle = handle.Normalize()
+	if handle.IsInvalidHandle() {
+		return true // refused without a lookup
+	}
+	e, ok := d.handles.lookup(handle.String())
+	if !ok {
+		return false
+	}
+	if e.err != nil {
+		return true
+	}
+	_, ok = d.docs.lookup(e.val.String())
+	return ok
 }
 
 // Purge forgets what is cached about did and about the handle its cached

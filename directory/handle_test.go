@@ -194,3 +194,28 @@ func TestLookupsInFlightAreBounded(t *testing.T) {
 		t.Fatalf("once the slot is free: got %+v %v", ident, err)
 	}
 }
+
+// HandleCached says whether LookupHandle would answer without the
+// network: both the handle's resolution and its DID's document cached
+// (getFeed charges a client's bucket only for lookups that are not).
+func TestHandleCached(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "alice.test", pds1)
+	d, _ := newTestDirectory(t, plc, nil)
+	if d.HandleCached("alice.test") || d.HandleCached("nobody.test") {
+		t.Fatal("cached before any lookup")
+	}
+	if _, err := d.LookupHandle(t.Context(), "Alice.Test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.LookupHandle(t.Context(), "nobody.test"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("nobody.test: %v", err)
+	}
+	if !d.HandleCached("alice.test") || !d.HandleCached("nobody.test") {
+		t.Fatal("not cached after a lookup and a failure")
+	}
+	d.Purge(alice) // the document goes, and the handle its document claimed
+	if d.HandleCached("alice.test") {
+		t.Fatal("cached with the document purged")
+	}
+}

@@ -27,8 +27,8 @@ const (
 	// defaultPause is how long a paused service is left alone when its
 	// answer did not say.
 	defaultPause = 5 * time.Second
-	// maxPause bounds what a service can ask: after it, one lookup asks
-	// again and pauses anew if the service still limits.
+	// maxPause bounds what a service can ask: after it, one lookup
+	// probes the service (pause) and pauses anew if it still limits.
 	maxPause = time.Minute
 	// busyRetry is when to ask again after a lookup refused because too
 	// many were in flight.
@@ -72,40 +72,75 @@ func RetryAfter(err error) time.Duration {
 }
 
 // pause is one configured service's pause. It is safe for concurrent use.
+//
+// When a pause ends, one lookup (the probe) is sent, and the others go
+// on failing with a *PausedError until it is answered: the listings and
+// first reads that waited out the pause all come due at its end, and
+// letting them all through sent up to MaxFetches requests to a service
+// that was likely still limiting us (a review of this pause). An answer
+// that asks no pause reopens the service to all; a 429 or 503 pauses it
+// again; a probe that gets no answer within probeTimeout lets another
+// lookup probe.
 type pause struct {
 	service string
-	mu      sync.Mutex
-	until   time.Time
+	// probeTimeout is how long a probe holds the others back.
+	probeTimeout time.Duration
+
+	mu         sync.Mutex
+	until      time.Time
+	needsProbe bool      // a pause was noted and no answer since reopened
+	probeUntil time.Time // a probe is in flight until then
 }
 
-// check fails a lookup about to be sent while the service is paused.
-func (p *pause) check(now time.Time) error {
+// probeWait is the time left a lookup is told while a probe is in
+// flight.
+const probeWait = time.Second
+
+// admit says whether a lookup may be sent now: a *PausedError while the
+// service is paused, or while another lookup probes it.
+func (p *pause) admit(now time.Time) error {
 	if p == nil {
 		return nil
 	}
 	p.mu.Lock()
-	until := p.until
-	p.mu.Unlock()
-	if left := until.Sub(now); left > 0 {
+	defer p.mu.Unlock()
+	if left := p.until.Sub(now); left > 0 {
 		return &PausedError{Service: p.service, Left: left}
 	}
+	if !p.needsProbe {
+		return nil
+	}
+	if now.Before(p.probeUntil) {
+		return &PausedError{Service: p.service, Left: probeWait}
+	}
+	p.probeUntil = now.Add(p.probeTimeout)
 	return nil
 }
 
-// note pauses the service after an answer of status with header h, and
-// returns the error for that answer; nil when the answer asks no pause.
-func (p *pause) note(status int, h http.Header, now time.Time) error {
-	if p == nil || (status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable) {
+// answered notes the answer to an admitted lookup, status 0 when none
+// came (a network error). A 429 or 503 pauses the service (its
+// Retry-After or RateLimit-Reset, else defaultPause, at most maxPause)
+// and returns the error for the lookup; any other answer reopens it.
+func (p *pause) answered(status int, h http.Header, now time.Time) error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.probeUntil = time.Time{}
+	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable {
+		if status != 0 {
+			p.needsProbe = false
+		}
 		return nil
 	}
 	wait := retryafter.Parse(h, now, maxPause)
 	if wait <= 0 {
 		wait = defaultPause
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if until := now.Add(wait); until.After(p.until) {
 		p.until = until
 	}
+	p.needsProbe = true
 	return &PausedError{Service: p.service, Status: status, Left: p.until.Sub(now)}
 }

@@ -121,3 +121,43 @@ func TestRetryAfterOfOtherErrors(t *testing.T) {
 		t.Errorf("ErrUnavailable: %v, want 0", got)
 	}
 }
+
+// When a pause ends, one lookup probes the service and the others wait
+// for its answer: the lookups deferred through the pause all come due at
+// its end, and letting them all through sent a burst to a service that
+// was likely still limiting us (a review of the pause).
+func TestAPauseEndsWithOneProbe(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "", pds1)
+	plc.Add(bob, "", pds2)
+	d, clk := newTestDirectory(t, plc, nil)
+	plc.LimitDocuments(1, "7")
+	if _, err := d.LookupDID(t.Context(), alice); !errors.Is(err, ErrBusy) {
+		t.Fatalf("the lookup that met the 429: %v", err)
+	}
+
+	clk.Advance(7 * time.Second)
+	plc.Block()
+	probe := make(chan error, 1)
+	go func() {
+		_, err := d.LookupDID(t.Context(), bob)
+		probe <- err
+	}()
+	for plc.Requests() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	_, err := d.LookupDID(t.Context(), alice)
+	if !errors.Is(err, ErrBusy) || RetryAfter(err) != probeWait {
+		t.Fatalf("a lookup while the probe is in flight: %v (retry after %v), want ErrBusy, %v", err, RetryAfter(err), probeWait)
+	}
+	if n := plc.Requests(); n != 2 {
+		t.Fatalf("the PLC was asked %d times, want 2: the 429's lookup and the probe", n)
+	}
+	plc.Release()
+	if err := <-probe; err != nil {
+		t.Fatalf("the probe: %v", err)
+	}
+	if _, err := d.LookupDID(t.Context(), alice); err != nil {
+		t.Fatalf("once the probe was answered: %v", err)
+	}
+}

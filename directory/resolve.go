@@ -160,29 +160,32 @@ func (d *Directory) resolveHandleWellKnown(ctx context.Context, handle syntax.Ha
 // ErrNotFound; a wrong content type or an oversized body is
 // ErrInvalidDocument; anything else that fails is ErrUnavailable. p, when
 // not nil, is the pause of the configured service u is on: while it runs
-// nothing is sent, and a 429 or 503 starts it (both a *PausedError).
+// nothing is sent (but one probe at its end), and a 429 or 503 starts it
+// (both a *PausedError).
 func (d *Directory) get(ctx context.Context, u string, max int64, p *pause) ([]byte, error) {
-	if err := p.check(d.cfg.Now()); err != nil {
+	if err := p.admit(d.cfg.Now()); err != nil {
 		return nil, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
+		p.answered(0, nil, d.cfg.Now())
 		return nil, fmt.Errorf("%w: %v", ErrInvalidDocument, err)
 	}
 	req.Header.Set("Accept", "application/did+ld+json, application/json")
 	resp, err := d.client.Do(req)
 	if err != nil {
+		p.answered(0, nil, d.cfg.Now())
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer resp.Body.Close()
+	if err := p.answered(resp.StatusCode, resp.Header, d.cfg.Now()); err != nil {
+		return nil, err
+	}
 	if resp.StatusCode != http.StatusOK {
 		// Drain a little so the connection can be reused, no more.
 		errBody, _ := egress.ReadBody(io.LimitReader(resp.Body, 4<<10), 4<<10)
 		if notFound(resp.StatusCode, errBody) {
 			return nil, fmt.Errorf("%w: status %d", ErrNotFound, resp.StatusCode)
-		}
-		if err := p.note(resp.StatusCode, resp.Header, d.cfg.Now()); err != nil {
-			return nil, err
 		}
 		return nil, fmt.Errorf("%w: status %d", ErrUnavailable, resp.StatusCode)
 	}

@@ -191,13 +191,23 @@ func (s *Server) resolveActor(c echo.Context, p *feedParams) *Error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), s.actorTimeout)
 	defer cancel()
 	did, err := s.resolveHandleShared(ctx, clientkey.Of(c.RealIP()), p.Handle)
-	if errors.Is(err, errShareTaken) {
+	var refused *shareError
+	if errors.As(err, &refused) {
 		s.logger.Debug("resolve actor", "err", err)
-		c.Response().Header().Set("Retry-After", "1")
-		return &Error{Status: http.StatusTooManyRequests, Name: "RateLimitExceeded", Message: err.Error() + "; retry later"}
+		c.Response().Header().Set("Retry-After", retryAfterSeconds(refused.wait))
+		name := "RateLimitExceeded"
+		if refused.status == http.StatusServiceUnavailable {
+			name = "NotEnoughResources"
+		}
+		return &Error{Status: refused.status, Name: name, Message: refused.msg + "; retry later"}
 	}
 	if err != nil {
 		xe := actorError(p.Handle, err)
+		if xe.Status == http.StatusServiceUnavailable {
+			c.Response().Header().Set("Retry-After", retryAfterSeconds(directory.RetryAfter(err)))
+			s.logger.Debug("resolve actor", "err", err)
+			return xe
+		}
 		if xe.Status >= http.StatusInternalServerError {
 			s.logger.Warn("resolve actor", "status", xe.Status, "err", err)
 		} else {
@@ -214,7 +224,8 @@ func (s *Server) resolveActor(c echo.Context, p *feedParams) *Error {
 // back, is malformed or names a forbidden PDS) is ActorNotFound, a 400. A
 // directory that could not answer (DNS or HTTP failure, 5xx) says nothing
 // about the actor: 502 UpstreamFailure, so clients retry rather than
-// conclude a valid handle is gone; one that did not answer in time is 504
+// conclude a valid handle is gone; one that did not ask (directory.ErrBusy)
+// is 503 NotEnoughResources; one that did not answer in time is 504
 // UpstreamTimeout. So is a request cancelled by its client, who reads no
 // answer: the lookup did not finish within the request, and it is not our
 // fault (500).
@@ -223,11 +234,22 @@ func actorError(h syntax.Handle, err error) *Error {
 	case errors.Is(err, directory.ErrNotFound), errors.Is(err, directory.ErrHandleMismatch),
 		errors.Is(err, directory.ErrInvalidDocument), errors.Is(err, directory.ErrForbiddenPDS):
 		return &Error{Status: http.StatusBadRequest, Name: "ActorNotFound", Message: "could not resolve actor " + string(h)}
+	case errors.Is(err, directory.ErrBusy):
+		// The directory did not ask: its service paused us after a 429
+		// or 503, or too many lookups were in flight. A 503 with the
+		// time to wait (set by resolveActor), not a failure upstream.
+		return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: "the identity directory is busy resolving actor " + string(h) + "; retry later"}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return &Error{Status: http.StatusGatewayTimeout, Name: "UpstreamTimeout", Message: "timed out resolving actor " + string(h) + "; retry later"}
 	default:
 		return &Error{Status: http.StatusBadGateway, Name: "UpstreamFailure", Message: "could not reach the identity directory to resolve actor " + string(h) + "; retry later"}
 	}
+}
+
+// retryAfterSeconds is a Retry-After header's value for wait: whole
+// seconds, rounded up, at least one.
+func retryAfterSeconds(wait time.Duration) string {
+	return strconv.Itoa(max(1, int(math.Ceil(wait.Seconds()))))
 }
 
 // feedRecord is one record of a getFeed response; the field order is the

@@ -19,6 +19,8 @@ import (
 // for PLC and the handle resolver, to ActorResolver.
 type directoryActors struct{ dir *directory.Directory }
 
+func (a directoryActors) HandleCached(h syntax.Handle) bool { return a.dir.HandleCached(h) }
+
 func (a directoryActors) ResolveHandle(ctx context.Context, h syntax.Handle) (syntax.DID, error) {
 	id, err := a.dir.LookupHandle(ctx, h)
 	if err != nil {
@@ -37,9 +39,10 @@ func newDirectory(plcURL, resolverURL string) directoryActors {
 
 // TestGetFeedActorResolutionErrors: only a handle that does not resolve,
 // or whose DID document does not claim it back, is ActorNotFound (400). A
-// directory that cannot answer is an upstream failure (502), one too slow
-// for the request an upstream timeout (504): neither says anything about
-// whether the actor exists.
+// directory that cannot answer is an upstream failure (502), one paused by
+// its service's 503 or 429 is busy (503 with the pause's Retry-After),
+// one too slow for the request an upstream timeout (504): none says
+// anything about whether the actor exists.
 func TestGetFeedActorResolutionErrors(t *testing.T) {
 	plc := plctest.NewServer()
 	t.Cleanup(plc.Close)
@@ -47,23 +50,32 @@ func TestGetFeedActorResolutionErrors(t *testing.T) {
 	plc.Add(bob, "bob.test", "https://pds.example.com")
 	plc.SetHandle("impostor.test", bob)
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "upstream unavailable", http.StatusServiceUnavailable)
+		http.Error(w, "upstream failed", http.StatusInternalServerError)
 	}))
 	t.Cleanup(down.Close)
+	// A 503 (or 429) pauses the service: the directory did not fail, it
+	// was asked to wait, and says how long.
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "9")
+		http.Error(w, "upstream unavailable", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(busy.Close)
 	refused := httptest.NewServer(http.NotFoundHandler())
 	refused.Close()
 
 	for _, tc := range []struct {
 		name, plc, resolver, actor string
 		status                     int
-		errName                    string
+		errName, retryAfter        string
 	}{
-		{"resolves", plc.URL(), plc.URL(), "alice.test", http.StatusOK, ""},
-		{"unknown handle", plc.URL(), plc.URL(), "nobody.test", http.StatusBadRequest, "ActorNotFound"},
-		{"handle not claimed back", plc.URL(), plc.URL(), "impostor.test", http.StatusBadRequest, "ActorNotFound"},
-		{"resolver 503", plc.URL(), down.URL, "alice.test", http.StatusBadGateway, "UpstreamFailure"},
-		{"resolver refuses connections", plc.URL(), refused.URL, "alice.test", http.StatusBadGateway, "UpstreamFailure"},
-		{"PLC 503", down.URL, plc.URL(), "alice.test", http.StatusBadGateway, "UpstreamFailure"},
+		{"resolves", plc.URL(), plc.URL(), "alice.test", http.StatusOK, "", ""},
+		{"unknown handle", plc.URL(), plc.URL(), "nobody.test", http.StatusBadRequest, "ActorNotFound", ""},
+		{"handle not claimed back", plc.URL(), plc.URL(), "impostor.test", http.StatusBadRequest, "ActorNotFound", ""},
+		{"resolver 500", plc.URL(), down.URL, "alice.test", http.StatusBadGateway, "UpstreamFailure", ""},
+		{"resolver refuses connections", plc.URL(), refused.URL, "alice.test", http.StatusBadGateway, "UpstreamFailure", ""},
+		{"PLC 500", down.URL, plc.URL(), "alice.test", http.StatusBadGateway, "UpstreamFailure", ""},
+		{"resolver 503", plc.URL(), busy.URL, "alice.test", http.StatusServiceUnavailable, "NotEnoughResources", "9"},
+		{"PLC 503", busy.URL, plc.URL(), "alice.test", http.StatusServiceUnavailable, "NotEnoughResources", "9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(goldenReader())
@@ -77,6 +89,9 @@ func TestGetFeedActorResolutionErrors(t *testing.T) {
 				if env := decodeEnvelope(t, res.Body); env.Error != tc.errName {
 					t.Fatalf("error %q, want %q", env.Error, tc.errName)
 				}
+			}
+			if got := res.Header.Get("Retry-After"); got != tc.retryAfter {
+				t.Fatalf("Retry-After %q, want %q", got, tc.retryAfter)
 			}
 		})
 	}
@@ -120,6 +135,8 @@ func TestActorErrorIsNeverInternal(t *testing.T) {
 		{context.DeadlineExceeded, http.StatusGatewayTimeout},
 		{context.Canceled, http.StatusGatewayTimeout},
 		{errors.New("something else"), http.StatusBadGateway},
+		{fmt.Errorf("resolve x: %w", directory.ErrBusy), http.StatusServiceUnavailable},
+		{&directory.PausedError{Service: "handle resolver", Left: time.Second}, http.StatusServiceUnavailable},
 	} {
 		if xe := actorError("alice.test", tc.err); xe.Status != tc.status {
 			t.Errorf("%v: got %d %s, want %d", tc.err, xe.Status, xe.Name, tc.status)

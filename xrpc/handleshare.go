@@ -2,7 +2,8 @@ package xrpc
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -14,50 +15,139 @@ import (
 // goes on after the request stops waiting (its answer is cached for the
 // retry), for up to the directory's timeout on each of its two steps. So
 // one client asking for handles whose lookups hang held every slot, and
-// every other client's getFeed by handle answered 502 meanwhile (a
-// review of PLC answers). Each client (clientkey) now has a share of
-// maxLookupsPerClient lookups, counted until the lookup itself ends, not
-// the request; past it getFeed answers 429.
+// every other client's getFeed by handle answered 502 meanwhile; and one
+// asking for new handles as fast as it liked (its own domain can name a
+// new did:plc for each) sent our PLC directory and handle resolver
+// enough to rate-limit us, pausing lookups for everyone (reviews of PLC
+// answers). So getFeed's lookups are shared out:
+//   - each client (clientkey) has maxLookupsPerClient in flight, counted
+//     until the lookup itself ends, not the request;
+//   - all clients together have maxLookupsInFlight, half the directory's,
+//     so other clients, a hundred /64s, cannot fill it either, and the
+//     backfill and profiles keep the rest;
+//   - each client's lookups that the directory has not cached draw on a
+//     token bucket (lookupBurst, lookupsPerSecond); cached ones are free.
+//
+// Past a client's share or bucket getFeed answers 429, past the total
+// 503, each with a Retry-After, and nothing is looked up.
 
 const (
 	// maxLookupsPerClient is each client's share of handle lookups in
-	// flight: a sixteenth of the directory's 256. A cached handle's
-	// lookup ends at once and hardly holds its place.
+	// flight. A cached handle's lookup ends at once and hardly holds its
+	// place.
 	maxLookupsPerClient = 16
+	// maxLookupsInFlight bounds all getFeed's lookups: half of the
+	// directory's 256.
+	maxLookupsInFlight = 128
+	// lookupBurst and lookupsPerSecond shape each client's bucket of
+	// lookups the directory has to ask the network for.
+	lookupBurst      = 60
+	lookupsPerSecond = 2
 	// maxLookupHold bounds how long a lookup the request stopped waiting
 	// for keeps its client's place: the directory's two steps (handle,
 	// then document) at its default 30 s each.
 	maxLookupHold = time.Minute
+	// maxLookupClients bounds the clients remembered (lookupShares.forget).
+	maxLookupClients = 10_000
 )
 
-// lookupShares counts each client's handle lookups in flight. It is safe
-// for concurrent use; a client with none holds no entry.
+// lookupShares counts getFeed's handle lookups in flight, each client's
+// and in all, and each client's bucket of uncached lookups. It is safe
+// for concurrent use.
 type lookupShares struct {
-	max  int
-	mu   sync.Mutex
-	held map[string]int
+	perClient, total int
+	burst, perSecond float64
+	now              func() time.Time
+
+	mu       sync.Mutex
+	inflight int
+	clients  map[string]*clientLookups
 }
 
-func newLookupShares(max int) *lookupShares {
-	return &lookupShares{max: max, held: map[string]int{}}
+type clientLookups struct {
+	held   int
+	tokens float64
+	last   time.Time // when tokens was last brought up to date
 }
 
-// take holds one of client's places, false when all are held.
-func (l *lookupShares) take(client string) bool {
+func newLookupShares(now func() time.Time) *lookupShares {
+	return &lookupShares{
+		perClient: maxLookupsPerClient, total: maxLookupsInFlight,
+		burst: lookupBurst, perSecond: lookupsPerSecond,
+		now:     now,
+		clients: map[string]*clientLookups{},
+	}
+}
+
+// shareError refuses a lookup: the status and Retry-After getFeed
+// answers with.
+type shareError struct {
+	status int
+	wait   time.Duration
+	msg    string
+}
+
+func (e *shareError) Error() string { return e.msg }
+
+// take holds a place for one of client's lookups, drawing a token unless
+// cached; a *shareError when none may start.
+func (l *lookupShares) take(client string, cached bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.held[client] >= l.max {
-		return false
+	now := l.now()
+	c := l.clients[client]
+	if c == nil {
+		if len(l.clients) >= maxLookupClients {
+			l.forget(now)
+		}
+		c = &clientLookups{tokens: l.burst, last: now}
+		l.clients[client] = c
 	}
-	l.held[client]++
-	return true
+	c.tokens = min(l.burst, c.tokens+now.Sub(c.last).Seconds()*l.perSecond)
+	c.last = now
+	switch {
+	case c.held >= l.perClient:
+		return &shareError{http.StatusTooManyRequests, time.Second, "too many handle lookups in flight from this client"}
+	case !cached && c.tokens < 1:
+		wait := time.Duration((1 - c.tokens) / l.perSecond * float64(time.Second))
+		return &shareError{http.StatusTooManyRequests, wait, fmt.Sprintf("too many new handles from this client: at most %d a second", int(l.perSecond))}
+	case l.inflight >= l.total:
+		return &shareError{http.StatusServiceUnavailable, time.Second, "too many handle lookups in flight"}
+	}
+	if !cached {
+		c.tokens--
+	}
+	c.held++
+	l.inflight++
+	return nil
 }
 
 func (l *lookupShares) release(client string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.held[client]--; l.held[client] <= 0 {
-		delete(l.held, client)
+	l.inflight--
+	if c := l.clients[client]; c != nil {
+		c.held--
+	}
+}
+
+// forget makes room for a client: it drops the clients with nothing in
+// flight whose buckets have refilled (forgetting them changes nothing),
+// and if that is not enough every client with nothing in flight, whose
+// buckets start full again.
+func (l *lookupShares) forget(now time.Time) {
+	for k, c := range l.clients {
+		if c.held == 0 && c.tokens+now.Sub(c.last).Seconds()*l.perSecond >= l.burst {
+			delete(l.clients, k)
+		}
+	}
+	if len(l.clients) < maxLookupClients {
+		return
+	}
+	for k, c := range l.clients {
+		if c.held == 0 {
+			delete(l.clients, k)
+		}
 	}
 }
 
@@ -66,17 +156,13 @@ type lookupResult struct {
 	err error
 }
 
-// errShareTaken fails a lookup not begun because its client's share of
-// lookups in flight is taken.
-var errShareTaken = errors.New("too many handle lookups in flight from this client")
-
 // resolveHandleShared resolves h for client within its share, else fails
-// with errShareTaken and looks nothing up. The lookup runs on, detached
+// with a *shareError and looks nothing up. The lookup runs on, detached
 // from ctx, until it ends or maxLookupHold passes, holding the client's
 // place; the caller waits for it until ctx ends.
 func (s *Server) resolveHandleShared(ctx context.Context, client string, h syntax.Handle) (syntax.DID, error) {
-	if !s.lookups.take(client) {
-		return "", errShareTaken
+	if err := s.lookups.take(client, s.actors.HandleCached(h)); err != nil {
+		return "", err
 	}
 	done := make(chan lookupResult, 1)
 	go func() {

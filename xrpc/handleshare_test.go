@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/internal/testclock"
 )
 
 // hangingActors resolves alice.test at once and blocks every other handle
@@ -20,6 +22,8 @@ type hangingActors struct {
 	release chan struct{}
 	asked   atomic.Int64
 }
+
+func (a *hangingActors) HandleCached(syntax.Handle) bool { return false }
 
 func (a *hangingActors) ResolveHandle(ctx context.Context, h syntax.Handle) (syntax.DID, error) {
 	a.asked.Add(1)
@@ -107,5 +111,86 @@ func TestOneClientsHangingHandleLookupsLeaveOthersTheirShare(t *testing.T) {
 			t.Fatalf("the greedy client once its lookups ended: %d %s, want 200", res.Status, res.Body)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// answeringActors resolves every handle to alice at once; cached.test is
+// one the directory holds.
+type answeringActors struct{ asked atomic.Int64 }
+
+func (a *answeringActors) HandleCached(h syntax.Handle) bool { return h == "cached.test" }
+
+func (a *answeringActors) ResolveHandle(context.Context, syntax.Handle) (syntax.DID, error) {
+	a.asked.Add(1)
+	return alice, nil
+}
+
+// A client's lookups of handles the directory has not cached draw on a
+// bucket of their own: one asking for new handles as fast as it likes
+// (its own domain can name a new did:plc for each) would have our PLC
+// directory rate-limit us, and pause lookups for everyone. Past the
+// bucket getFeed answers 429 with the wait for the next token; cached
+// handles and other clients are still answered.
+func TestAClientsNewHandlesAreRateLimited(t *testing.T) {
+	actors := &answeringActors{}
+	cfg := testConfig(goldenReader())
+	cfg.Actors = actors
+	s := NewServer(cfg)
+	clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s.lookups = newLookupShares(clk.Now)
+	s.lookups.burst, s.lookups.perSecond = 3, 1
+	base := serveServer(t, s)
+	client, other := clientFrom("127.0.0.1"), clientFrom("127.0.0.2")
+	feedOf := func(c *http.Client, h string) response {
+		return get(t, c, base+getFeedURL+"?feed=following&actor="+h)
+	}
+
+	for i := range 3 {
+		if res := feedOf(client, "new"+strings.Repeat("x", i+1)+".test"); res.Status != http.StatusOK {
+			t.Fatalf("new handle %d of a burst of 3: %d %s", i, res.Status, res.Body)
+		}
+	}
+	res := feedOf(client, "onemore.test")
+	if res.Status != http.StatusTooManyRequests || decodeEnvelope(t, res.Body).Error != "RateLimitExceeded" || res.Header.Get("Retry-After") != "1" {
+		t.Fatalf("a fourth new handle: %d %s (Retry-After %q), want 429 RateLimitExceeded, Retry-After 1",
+			res.Status, res.Body, res.Header.Get("Retry-After"))
+	}
+	if n := actors.asked.Load(); n != 3 {
+		t.Fatalf("%d lookups asked, want 3: a refused one asks nothing", n)
+	}
+	if res := feedOf(client, "cached.test"); res.Status != http.StatusOK {
+		t.Fatalf("a cached handle with the bucket empty: %d %s, want 200", res.Status, res.Body)
+	}
+	if res := feedOf(other, "onemore.test"); res.Status != http.StatusOK {
+		t.Fatalf("another client's new handle: %d %s, want 200", res.Status, res.Body)
+	}
+	clk.Advance(time.Second)
+	if res := feedOf(client, "onemore.test"); res.Status != http.StatusOK {
+		t.Fatalf("a second later: %d %s, want 200", res.Status, res.Body)
+	}
+}
+
+// All clients together hold at most the total of lookups in flight, so
+// many clients' hanging lookups leave the directory's other callers (the
+// backfill, profiles) their part: past it getFeed answers 503.
+func TestHandleLookupsInFlightAreBoundedOverAllClients(t *testing.T) {
+	actors := &hangingActors{release: make(chan struct{})}
+	defer close(actors.release)
+	cfg := testConfig(goldenReader())
+	cfg.Actors = actors
+	cfg.Timeouts = Timeouts{Write: 1500 * time.Millisecond} // lookups wait 500 ms
+	s := NewServer(cfg)
+	s.lookups.total = 2
+	base := serveServer(t, s)
+	for i, addr := range []string{"127.0.0.1", "127.0.0.2"} {
+		h := "hang" + strings.Repeat("x", i+1) + ".test"
+		if res := get(t, clientFrom(addr), base+getFeedURL+"?feed=following&actor="+h); res.Status != http.StatusGatewayTimeout {
+			t.Fatalf("%s: %d %s, want 504 once the request's wait ran out", addr, res.Status, res.Body)
+		}
+	}
+	res := get(t, clientFrom("127.0.0.3"), base+getFeedURL+"?feed=following&actor=alice.test")
+	if res.Status != http.StatusServiceUnavailable || decodeEnvelope(t, res.Body).Error != "NotEnoughResources" || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("a third client with the total held: %d %s (Retry-After %q), want 503 NotEnoughResources with Retry-After",
+			res.Status, res.Body, res.Header.Get("Retry-After"))
 	}
 }

@@ -36,6 +36,10 @@ type FeedReader interface {
 // 504 past the deadline getFeed sets on ctx).
 type ActorResolver interface {
 	ResolveHandle(ctx context.Context, h syntax.Handle) (syntax.DID, error)
+	// HandleCached reports whether ResolveHandle would answer h without
+	// asking the network: such lookups cost a client none of its bucket
+	// (handleshare.go).
+	HandleCached(h syntax.Handle) bool
 }
 
 // ViewerGate runs a viewer's first read (registration and backfill)
@@ -233,7 +237,7 @@ func NewServer(cfg Config) *Server {
 		// Derived from the write timeout so that a test shortening it
 		// shortens the lookup too.
 		actorTimeout:    actorLookupTimeout(timeouts.Write),
-		lookups:         newLookupShares(maxLookupsPerClient),
+		lookups:         newLookupShares(time.Now),
 		firstReadBudget: firstReadDeadline(timeouts.Write),
 	}
 	for _, f := range cfg.Feeds {
