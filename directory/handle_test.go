@@ -218,4 +218,15 @@ func TestHandleCached(t *testing.T) {
 	if d.HandleCached("alice.test") {
 		t.Fatal("cached with the document purged")
 	}
+
+	// The handle resolved and cached, its document not (a 429 is not
+	// cached): LookupHandle would ask the PLC.
+	plc.Add(bob, "bob.test", pds2)
+	plc.LimitDocuments(1, "")
+	if _, err := d.LookupHandle(t.Context(), "bob.test"); !errors.Is(err, ErrBusy) {
+		t.Fatalf("bob.test with the PLC limiting: %v", err)
+	}
+	if d.HandleCached("bob.test") {
+		t.Fatal("cached with only the handle's resolution cached")
+	}
 }

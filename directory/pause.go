@@ -35,6 +35,13 @@ const (
 	busyRetry = 5 * time.Second
 )
 
+// The services a pause is kept for, as PausedError.Service and
+// Config.OnPause name them.
+const (
+	ServicePLC            = "PLC directory"
+	ServiceHandleResolver = "handle resolver"
+)
+
 // PausedError fails a lookup while the service it needs asked us to wait,
 // and the lookup whose answer asked it.
 type PausedError struct {
@@ -85,11 +92,24 @@ type pause struct {
 	service string
 	// probeTimeout is how long a probe holds the others back.
 	probeTimeout time.Duration
+	// onPause, when set, is told of each pause begun (Config.OnPause).
+	onPause func(service string, status int, wait time.Duration)
 
-	mu         sync.Mutex
-	until      time.Time
-	needsProbe bool      // a pause was noted and no answer since reopened
+	mu    sync.Mutex
+	until time.Time
+	// gen counts the pauses noted. A lookup's ticket carries the gen it
+	// was admitted in, so an answer to a lookup sent before the latest
+	// pause (many are in flight when a 429 comes) neither reopens the
+	// service nor ends the probe: only the probe's own answer does.
+	gen        uint64
+	needsProbe bool      // a pause was noted and its probe has not been answered
 	probeUntil time.Time // a probe is in flight until then
+}
+
+// ticket is what admit hands an admitted lookup, for answered.
+type ticket struct {
+	gen   uint64
+	probe bool
 }
 
 // probeWait is the time left a lookup is told while a probe is in
@@ -98,49 +118,65 @@ const probeWait = time.Second
 
 // admit says whether a lookup may be sent now: a *PausedError while the
 // service is paused, or while another lookup probes it.
-func (p *pause) admit(now time.Time) error {
+func (p *pause) admit(now time.Time) (ticket, error) {
 	if p == nil {
-		return nil
+		return ticket{}, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if left := p.until.Sub(now); left > 0 {
-		return &PausedError{Service: p.service, Left: left}
+		return ticket{}, &PausedError{Service: p.service, Left: left}
 	}
 	if !p.needsProbe {
-		return nil
+		return ticket{gen: p.gen}, nil
 	}
 	if now.Before(p.probeUntil) {
-		return &PausedError{Service: p.service, Left: probeWait}
+		return ticket{}, &PausedError{Service: p.service, Left: probeWait}
 	}
 	p.probeUntil = now.Add(p.probeTimeout)
-	return nil
+	return ticket{gen: p.gen, probe: true}, nil
 }
 
-// answered notes the answer to an admitted lookup, status 0 when none
-// came (a network error). A 429 or 503 pauses the service (its
+// answered notes the answer to the lookup admitted with t, status 0 when
+// none came (a network error). A 429 or 503 pauses the service (its
 // Retry-After or RateLimit-Reset, else defaultPause, at most maxPause)
-// and returns the error for the lookup; any other answer reopens it.
-func (p *pause) answered(status int, h http.Header, now time.Time) error {
+// and returns the error for the lookup, whichever lookup it answered.
+// Any other answer to the probe reopens the service; the probe's network
+// error lets another lookup probe.
+func (p *pause) answered(t ticket, status int, h http.Header, now time.Time) error {
 	if p == nil {
 		return nil
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.probeUntil = time.Time{}
+	current := t.probe && t.gen == p.gen
+	if current {
+		p.probeUntil = time.Time{}
+	}
 	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable {
-		if status != 0 {
+		if current && status != 0 {
 			p.needsProbe = false
 		}
+		p.mu.Unlock()
 		return nil
 	}
 	wait := retryafter.Parse(h, now, maxPause)
 	if wait <= 0 {
 		wait = defaultPause
 	}
+	// A pause begins unless one is running: the other lookups in flight
+	// when it began meet the same limit, and only extend it.
+	begun := !now.Before(p.until)
 	if until := now.Add(wait); until.After(p.until) {
 		p.until = until
 	}
-	p.needsProbe = true
-	return &PausedError{Service: p.service, Status: status, Left: p.until.Sub(now)}
+	if begun {
+		p.gen++
+		p.needsProbe, p.probeUntil = true, time.Time{}
+	}
+	left := p.until.Sub(now)
+	p.mu.Unlock()
+	if begun && p.onPause != nil {
+		p.onPause(p.service, status, left)
+	}
+	return &PausedError{Service: p.service, Status: status, Left: left}
 }

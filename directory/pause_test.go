@@ -2,6 +2,7 @@ package directory
 
 import (
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -143,8 +144,10 @@ func TestAPauseEndsWithOneProbe(t *testing.T) {
 		_, err := d.LookupDID(t.Context(), bob)
 		probe <- err
 	}()
-	for plc.Requests() < 2 {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); plc.Requests() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the probe never reached the PLC")
+		}
 	}
 	_, err := d.LookupDID(t.Context(), alice)
 	if !errors.Is(err, ErrBusy) || RetryAfter(err) != probeWait {
@@ -160,4 +163,63 @@ func TestAPauseEndsWithOneProbe(t *testing.T) {
 	if _, err := d.LookupDID(t.Context(), alice); err != nil {
 		t.Fatalf("once the probe was answered: %v", err)
 	}
+}
+
+// Only the probe's own answer reopens a paused service or lets another
+// lookup probe: many lookups are in flight when a 429 comes, and their
+// late answers (a 200, a timeout) reopened it to all, or let a second
+// probe through (a review of the probe).
+func TestOnlyTheProbesAnswerEndsAPause(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var pauses int
+	p := &pause{service: ServicePLC, probeTimeout: 30 * time.Second,
+		onPause: func(string, int, time.Duration) { pauses++ }}
+	admit := func() ticket {
+		t.Helper()
+		tk, err := p.admit(now)
+		if err != nil {
+			t.Fatalf("not admitted: %v", err)
+		}
+		return tk
+	}
+	refused := func(what string) {
+		t.Helper()
+		if _, err := p.admit(now); !errors.Is(err, ErrBusy) {
+			t.Fatalf("%s: a lookup was admitted (%v)", what, err)
+		}
+	}
+	limited := http.Header{"Retry-After": {"7"}}
+	first, late200, lateTimeout, late429 := admit(), admit(), admit(), admit()
+	if err := p.answered(first, 429, limited, now); !errors.Is(err, ErrBusy) {
+		t.Fatalf("the 429: %v", err)
+	}
+	if err := p.answered(late429, 429, limited, now.Add(time.Second)); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a second 429: %v", err)
+	}
+	if pauses != 1 {
+		t.Fatalf("%d pauses heard, want 1: the late 429 only extends it", pauses)
+	}
+
+	now = now.Add(8 * time.Second)
+	probe := admit()
+	if !probe.probe {
+		t.Fatal("the first lookup after the pause is no probe")
+	}
+	refused("with the probe in flight")
+	p.answered(late200, 200, nil, now)
+	refused("after a late 200 from before the pause")
+	p.answered(lateTimeout, 0, nil, now)
+	refused("after a late timeout from before the pause")
+
+	p.answered(probe, 0, nil, now) // the probe itself timed out
+	second := admit()
+	if !second.probe {
+		t.Fatal("after the probe's timeout, the next lookup is no probe")
+	}
+	refused("with the second probe in flight")
+	p.answered(second, 200, nil, now)
+	if tk := admit(); tk.probe {
+		t.Fatal("after the probe's 200, lookups still probe")
+	}
+	admit()
 }

@@ -163,27 +163,30 @@ func (d *Directory) resolveHandleWellKnown(ctx context.Context, handle syntax.Ha
 // nothing is sent (but one probe at its end), and a 429 or 503 starts it
 // (both a *PausedError).
 func (d *Directory) get(ctx context.Context, u string, max int64, p *pause) ([]byte, error) {
-	if err := p.admit(d.cfg.Now()); err != nil {
+	t, err := p.admit(d.cfg.Now())
+	if err != nil {
 		return nil, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		p.answered(0, nil, d.cfg.Now())
+		p.answered(t, 0, nil, d.cfg.Now())
 		return nil, fmt.Errorf("%w: %v", ErrInvalidDocument, err)
 	}
 	req.Header.Set("Accept", "application/did+ld+json, application/json")
 	resp, err := d.client.Do(req)
 	if err != nil {
-		p.answered(0, nil, d.cfg.Now())
+		p.answered(t, 0, nil, d.cfg.Now())
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer resp.Body.Close()
-	if err := p.answered(resp.StatusCode, resp.Header, d.cfg.Now()); err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode == http.StatusOK {
+		p.answered(t, resp.StatusCode, resp.Header, d.cfg.Now())
+	} else {
 		// Drain a little so the connection can be reused, no more.
 		errBody, _ := egress.ReadBody(io.LimitReader(resp.Body, 4<<10), 4<<10)
+		if err := p.answered(t, resp.StatusCode, resp.Header, d.cfg.Now()); err != nil {
+			return nil, err
+		}
 		if notFound(resp.StatusCode, errBody) {
 			return nil, fmt.Errorf("%w: status %d", ErrNotFound, resp.StatusCode)
 		}
