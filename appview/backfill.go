@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +37,7 @@ func buildBackfill(cfg Config, store *feeds.Store, paused *pds.HostPauses, reg p
 		// The backfill needs only the PDS; handle actors are verified by
 		// LookupHandle, which checks the document claims the handle.
 		SkipHandleVerification: true,
+		OnPause:                identityPauses(reg, log),
 	})
 	client := pds.NewClient(httpc, pds.Options{Timeout: cfg.Backfill.RequestTimeout})
 	var metrics *backfill.Metrics // a nil *Metrics counts nothing
@@ -105,4 +107,22 @@ func (r handleResolver) ResolveHandle(ctx context.Context, h syntax.Handle) (syn
 		return "", err
 	}
 	return id.DID, nil
+}
+
+// identityPauses counts and logs the pauses the PLC directory and the
+// handle resolver ask for with a 429 or 503 (directory.Config.OnPause):
+// while one lasts, first reads of new viewers and followee listings wait.
+func identityPauses(reg prometheus.Registerer, log *slog.Logger) func(string, int, time.Duration) {
+	pauses := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "appview", Subsystem: "identity", Name: "pauses_total",
+		Help: "Pauses of identity lookups asked for by a 429 or 503 of the PLC directory or the handle resolver, by service (plc, handle_resolver).",
+	}, []string{"service"})
+	if reg != nil {
+		reg.MustRegister(pauses)
+	}
+	label := map[string]string{directory.ServicePLC: "plc", directory.ServiceHandleResolver: "handle_resolver"}
+	return func(service string, status int, wait time.Duration) {
+		pauses.WithLabelValues(label[service]).Inc()
+		log.Warn("identity lookups paused", "service", service, "status", status, "wait", wait.Round(time.Second))
+	}
 }

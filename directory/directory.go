@@ -72,6 +72,11 @@ type Config struct {
 	Timeout time.Duration
 	// Now is the clock for cache expiry (default time.Now).
 	Now func() time.Time
+	// OnPause, when set, is called each time the PLC directory or the
+	// handle resolver answers 429 or 503 and lookups pause (pause.go),
+	// with the service's name ("PLC directory", "handle resolver"), the
+	// answer's status and the pause's length. It must not block.
+	OnPause func(service string, status int, wait time.Duration)
 }
 
 const (
@@ -151,8 +156,8 @@ func New(cfg Config) *Directory {
 		docs:      newCache[document](cfg),
 		handles:   newCache[syntax.DID](cfg),
 
-		plcPause:      &pause{service: "PLC directory", probeTimeout: cfg.Timeout},
-		resolverPause: &pause{service: "handle resolver", probeTimeout: cfg.Timeout},
+		plcPause:      &pause{service: ServicePLC, probeTimeout: cfg.Timeout, onPause: cfg.OnPause},
+		resolverPause: &pause{service: ServiceHandleResolver, probeTimeout: cfg.Timeout, onPause: cfg.OnPause},
 	}
 	return d
 }

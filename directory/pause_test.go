@@ -165,6 +165,31 @@ func TestAPauseEndsWithOneProbe(t *testing.T) {
 	}
 }
 
+// Config.OnPause hears of each pause begun, once, with the service, the
+// status and the wait; lookups refused during it are not pauses.
+func TestOnPauseHearsOfEachPause(t *testing.T) {
+	plc := startPLC(t)
+	plc.Add(alice, "", pds1)
+	type heard struct {
+		service string
+		status  int
+		wait    time.Duration
+	}
+	var got []heard
+	d, _ := newTestDirectory(t, plc, func(c *Config) {
+		c.OnPause = func(service string, status int, wait time.Duration) {
+			got = append(got, heard{service, status, wait})
+		}
+	})
+	plc.LimitDocuments(1, "7")
+	for range 3 {
+		d.LookupDID(t.Context(), alice)
+	}
+	if want := []heard{{ServicePLC, 429, 7 * time.Second}}; len(got) != 1 || got[0] != want[0] {
+		t.Fatalf("heard %+v, want %+v", got, want)
+	}
+}
+
 // Only the probe's own answer reopens a paused service or lets another
 // lookup probe: many lookups are in flight when a 429 comes, and their
 // late answers (a 200, a timeout) reopened it to all, or let a second

@@ -26,10 +26,13 @@ import (
 //     so other clients, a hundred /64s, cannot fill it either, and the
 //     backfill and profiles keep the rest;
 //   - each client's lookups that the directory has not cached draw on a
-//     token bucket (lookupBurst, lookupsPerSecond); cached ones are free.
+//     token bucket (lookupBurst, lookupsPerSecond), and all clients'
+//     on one more (totalLookupBurst, totalLookupsPerSecond), since a
+//     host given a /56 is 256 clients; cached ones are free.
 //
 // Past a client's share or bucket getFeed answers 429, past the total
-// 503, each with a Retry-After, and nothing is looked up.
+// or the shared bucket 503, each with a Retry-After, and nothing is
+// looked up.
 
 const (
 	// maxLookupsPerClient is each client's share of handle lookups in
@@ -43,6 +46,10 @@ const (
 	// lookups the directory has to ask the network for.
 	lookupBurst      = 60
 	lookupsPerSecond = 2
+	// totalLookupBurst and totalLookupsPerSecond shape the bucket all
+	// clients' uncached lookups share.
+	totalLookupBurst      = 200
+	totalLookupsPerSecond = 20
 	// maxLookupHold bounds how long a lookup the request stopped waiting
 	// for keeps its client's place: the directory's two steps (handle,
 	// then document) at its default 30 s each.
@@ -56,26 +63,60 @@ const (
 // for concurrent use.
 type lookupShares struct {
 	perClient, total int
-	burst, perSecond float64
-	now              func() time.Time
+	// client and all are the buckets' shapes: each client's, and the one
+	// all share.
+	client, all bucketShape
+	now         func() time.Time
+	maxClients  int
 
 	mu       sync.Mutex
 	inflight int
+	shared   tokenBucket
 	clients  map[string]*clientLookups
 }
 
 type clientLookups struct {
 	held   int
+	tokens tokenBucket
+}
+
+// bucketShape is a token bucket's size and refill rate.
+type bucketShape struct {
+	burst, perSecond float64
+}
+
+// tokenBucket is the state of a bucket of some shape.
+type tokenBucket struct {
 	tokens float64
 	last   time.Time // when tokens was last brought up to date
+}
+
+func fullBucket(shape bucketShape, now time.Time) tokenBucket {
+	return tokenBucket{tokens: shape.burst, last: now}
+}
+
+// refill brings b up to date at now; a clock that went back adds nothing.
+func (b *tokenBucket) refill(shape bucketShape, now time.Time) {
+	if now.After(b.last) {
+		b.tokens = min(shape.burst, b.tokens+now.Sub(b.last).Seconds()*shape.perSecond)
+		b.last = now
+	}
+}
+
+// wait is how long until b, refilled, holds a whole token.
+func (b *tokenBucket) wait(shape bucketShape) time.Duration {
+	return time.Duration(max(0, 1-b.tokens) / shape.perSecond * float64(time.Second))
 }
 
 func newLookupShares(now func() time.Time) *lookupShares {
 	return &lookupShares{
 		perClient: maxLookupsPerClient, total: maxLookupsInFlight,
-		burst: lookupBurst, perSecond: lookupsPerSecond,
-		now:     now,
-		clients: map[string]*clientLookups{},
+		client:     bucketShape{lookupBurst, lookupsPerSecond},
+		all:        bucketShape{totalLookupBurst, totalLookupsPerSecond},
+		now:        now,
+		maxClients: maxLookupClients,
+		shared:     fullBucket(bucketShape{totalLookupBurst, totalLookupsPerSecond}, now()),
+		clients:    map[string]*clientLookups{},
 	}
 }
 
@@ -97,25 +138,28 @@ func (l *lookupShares) take(client string, cached bool) error {
 	now := l.now()
 	c := l.clients[client]
 	if c == nil {
-		if len(l.clients) >= maxLookupClients {
+		if len(l.clients) >= l.maxClients {
 			l.forget(now)
 		}
-		c = &clientLookups{tokens: l.burst, last: now}
+		c = &clientLookups{tokens: fullBucket(l.client, now)}
 		l.clients[client] = c
 	}
-	c.tokens = min(l.burst, c.tokens+now.Sub(c.last).Seconds()*l.perSecond)
-	c.last = now
+	c.tokens.refill(l.client, now)
+	l.shared.refill(l.all, now)
 	switch {
 	case c.held >= l.perClient:
 		return &shareError{http.StatusTooManyRequests, time.Second, "too many handle lookups in flight from this client"}
-	case !cached && c.tokens < 1:
-		wait := time.Duration((1 - c.tokens) / l.perSecond * float64(time.Second))
-		return &shareError{http.StatusTooManyRequests, wait, fmt.Sprintf("too many new handles from this client: at most %d a second", int(l.perSecond))}
+	case !cached && c.tokens.tokens < 1:
+		return &shareError{http.StatusTooManyRequests, c.tokens.wait(l.client),
+			fmt.Sprintf("too many new handles from this client: at most %g a second", l.client.perSecond)}
 	case l.inflight >= l.total:
 		return &shareError{http.StatusServiceUnavailable, time.Second, "too many handle lookups in flight"}
+	case !cached && l.shared.tokens < 1:
+		return &shareError{http.StatusServiceUnavailable, l.shared.wait(l.all), "too many new handles asked for"}
 	}
 	if !cached {
-		c.tokens--
+		c.tokens.tokens--
+		l.shared.tokens--
 	}
 	c.held++
 	l.inflight++
@@ -137,11 +181,14 @@ func (l *lookupShares) release(client string) {
 // buckets start full again.
 func (l *lookupShares) forget(now time.Time) {
 	for k, c := range l.clients {
-		if c.held == 0 && c.tokens+now.Sub(c.last).Seconds()*l.perSecond >= l.burst {
+		if c.held > 0 {
+			continue
+		}
+		if c.tokens.refill(l.client, now); c.tokens.tokens >= l.client.burst {
 			delete(l.clients, k)
 		}
 	}
-	if len(l.clients) < maxLookupClients {
+	if len(l.clients) < l.maxClients {
 		return
 	}
 	for k, c := range l.clients {

@@ -138,7 +138,7 @@ func TestAClientsNewHandlesAreRateLimited(t *testing.T) {
 	s := NewServer(cfg)
 	clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s.lookups = newLookupShares(clk.Now)
-	s.lookups.burst, s.lookups.perSecond = 3, 1
+	s.lookups.client = bucketShape{burst: 3, perSecond: 1}
 	base := serveServer(t, s)
 	client, other := clientFrom("127.0.0.1"), clientFrom("127.0.0.2")
 	feedOf := func(c *http.Client, h string) response {
@@ -192,5 +192,81 @@ func TestHandleLookupsInFlightAreBoundedOverAllClients(t *testing.T) {
 	if res.Status != http.StatusServiceUnavailable || decodeEnvelope(t, res.Body).Error != "NotEnoughResources" || res.Header.Get("Retry-After") == "" {
 		t.Fatalf("a third client with the total held: %d %s (Retry-After %q), want 503 NotEnoughResources with Retry-After",
 			res.Status, res.Body, res.Header.Get("Retry-After"))
+	}
+}
+
+// The buckets: a client's refused lookup is told the wait for its next
+// token, the shared bucket refuses with 503 once all clients together
+// used it up, and cached lookups draw on neither.
+func TestLookupBuckets(t *testing.T) {
+	clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := newLookupShares(clk.Now)
+	l.client = bucketShape{burst: 2, perSecond: 0.5}
+	l.all = bucketShape{burst: 3, perSecond: 10}
+	l.shared = fullBucket(l.all, clk.Now())
+	take := func(client string, cached bool) *shareError {
+		t.Helper()
+		err := l.take(client, cached)
+		if err == nil {
+			l.release(client)
+			return nil
+		}
+		se, ok := err.(*shareError)
+		if !ok {
+			t.Fatalf("%v is no *shareError", err)
+		}
+		return se
+	}
+	for range 2 {
+		if se := take("a", false); se != nil {
+			t.Fatalf("a within its burst: %v", se)
+		}
+	}
+	if se := take("a", false); se == nil || se.status != http.StatusTooManyRequests || se.wait != 2*time.Second {
+		t.Fatalf("a past its burst: %+v, want 429 and a wait of 2s (half a token a second)", se)
+	}
+	if se := take("a", true); se != nil {
+		t.Fatalf("a cached lookup with the bucket empty: %v", se)
+	}
+	if se := take("b", false); se != nil {
+		t.Fatalf("b's first: %v", se)
+	}
+	if se := take("c", false); se == nil || se.status != http.StatusServiceUnavailable || se.wait != 100*time.Millisecond {
+		t.Fatalf("c with the shared bucket used up: %+v, want 503 and a wait of 100ms", se)
+	}
+	clk.Advance(100 * time.Millisecond)
+	if se := take("c", false); se != nil {
+		t.Fatalf("c once the shared bucket refilled a token: %v", se)
+	}
+}
+
+// Past maxClients, clients with nothing in flight are forgotten, never
+// one holding a lookup: its release would miss it, and the counts drift.
+func TestForgettingClientsKeepsThoseWithLookupsInFlight(t *testing.T) {
+	clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := newLookupShares(clk.Now)
+	l.maxClients = 3
+	if err := l.take("holder", false); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"spent", "idle"} {
+		if err := l.take(c, false); err != nil {
+			t.Fatal(err)
+		}
+		l.release(c)
+	}
+	if err := l.take("new", true); err != nil { // past maxClients: forget
+		t.Fatal(err)
+	}
+	if _, ok := l.clients["holder"]; !ok {
+		t.Fatal("the client holding a lookup was forgotten")
+	}
+	l.release("holder")
+	l.release("new")
+	if l.inflight != 0 || l.clients["holder"].held != 0 {
+		t.Fatalf("after every release: %d in flight, holder holds %d; want 0, 0", l.inflight, l.clients["holder"].held)
+	}
+	if len(l.clients) > l.maxClients {
+		t.Fatalf("%d clients remembered, want at most %d", len(l.clients), l.maxClients)
 	}
 }
