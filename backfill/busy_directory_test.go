@@ -92,21 +92,23 @@ func TestAPausedDirectoryCostsAFirstReadNoAttempt(t *testing.T) {
 	}
 }
 
-// A listing that met a paused directory waits out the pause when it is
-// longer than the retry schedule's step, rather than coming due into it.
+// A listing that met a paused directory waits out the pause, neither
+// coming due into it nor waiting the retry schedule's step past it.
 func TestAListingWaitsOutADirectoryPause(t *testing.T) {
-	w := newWorld(t, Config{RetryBase: time.Second})
-	ctx := context.Background()
-	account := w.account("paused")
-	w.svc.resolver = failingResolver{&directory.PausedError{Service: "PLC directory", Left: 30 * time.Second}}
-	if err := w.svc.ensureAccount(ctx, account, postNSID); err == nil {
-		t.Fatal("the listing did not fail")
-	}
-	st, err := w.store.ReadListing(ctx, account, postNSID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := w.clock.Add(30 * time.Second); st.Attempts != 0 || !st.NextRetry.Equal(want) {
-		t.Fatalf("%+v, want no attempt and a retry at the pause's end (%s)", st, want)
+	for _, step := range []time.Duration{time.Second, time.Minute} {
+		w := newWorld(t, Config{RetryBase: step})
+		ctx := context.Background()
+		account := w.account("paused")
+		w.svc.resolver = failingResolver{&directory.PausedError{Service: "PLC directory", Left: 30 * time.Second}}
+		if err := w.svc.ensureAccount(ctx, account, postNSID); err == nil {
+			t.Fatal("the listing did not fail")
+		}
+		st, err := w.store.ReadListing(ctx, account, postNSID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := w.clock.Add(30 * time.Second); st.Attempts != 0 || !st.NextRetry.Equal(want) {
+			t.Fatalf("retry step %v: %+v, want no attempt and a retry at the pause's end (%s)", step, st, want)
+		}
 	}
 }

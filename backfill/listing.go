@@ -403,8 +403,15 @@ func (s *Service) fail(ctx context.Context, account syntax.DID, coll syntax.NSID
 		}
 		st.LastError = err.Error()
 		st.Gone = gone
-		// A paused directory's time left is a wait of its own.
-		wait := max(s.retryAfter(st.Attempts), directory.RetryAfter(err))
+		wait := s.retryAfter(st.Attempts)
+		if errors.Is(err, directory.ErrBusy) {
+			// The directory was not asked: the listing waits the time
+			// it gives (a pause's time left), not the schedule's step,
+			// or a first read waiting on it was held a minute past a
+			// PLC's pause of a second
+			// (TestAPLCRateLimitDefersFirstReadsUntilItsPauseEnds).
+			wait = directory.RetryAfter(err)
+		}
 		var pe *pds.Error
 		if errors.As(err, &pe) && pe.RetryAfter > 0 && (pe.RetryAfter > wait || pe.Kind == pds.KindRateLimited) {
 			// A rate limit's Retry-After is the host's word on when to
