@@ -121,6 +121,9 @@ func identityPauses(reg prometheus.Registerer, log *slog.Logger) func(string, in
 		reg.MustRegister(pauses)
 	}
 	label := map[string]string{directory.ServicePLC: "plc", directory.ServiceHandleResolver: "handle_resolver"}
+	for _, l := range label {
+		pauses.WithLabelValues(l) // at 0 from the start, for rate() and alerts
+	}
 	return func(service string, status int, wait time.Duration) {
 		pauses.WithLabelValues(label[service]).Inc()
 		log.Warn("identity lookups paused", "service", service, "status", status, "wait", wait.Round(time.Second))

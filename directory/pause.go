@@ -104,12 +104,16 @@ type pause struct {
 	gen        uint64
 	needsProbe bool      // a pause was noted and its probe has not been answered
 	probeUntil time.Time // a probe is in flight until then
+	// probes numbers the probes, so a probe given up on (past
+	// probeTimeout) does not end its successor's turn when its answer
+	// comes late.
+	probes uint64
 }
 
 // ticket is what admit hands an admitted lookup, for answered.
 type ticket struct {
 	gen   uint64
-	probe bool
+	probe uint64 // the probe's number; 0 for a lookup that is no probe
 }
 
 // probeWait is the time left a lookup is told while a probe is in
@@ -134,7 +138,8 @@ func (p *pause) admit(now time.Time) (ticket, error) {
 		return ticket{}, &PausedError{Service: p.service, Left: probeWait}
 	}
 	p.probeUntil = now.Add(p.probeTimeout)
-	return ticket{gen: p.gen, probe: true}, nil
+	p.probes++
+	return ticket{gen: p.gen, probe: p.probes}, nil
 }
 
 // answered notes the answer to the lookup admitted with t, status 0 when
@@ -148,7 +153,7 @@ func (p *pause) answered(t ticket, status int, h http.Header, now time.Time) err
 		return nil
 	}
 	p.mu.Lock()
-	current := t.probe && t.gen == p.gen
+	current := t.probe != 0 && t.probe == p.probes && t.gen == p.gen
 	if current {
 		p.probeUntil = time.Time{}
 	}

@@ -227,7 +227,7 @@ func TestOnlyTheProbesAnswerEndsAPause(t *testing.T) {
 
 	now = now.Add(8 * time.Second)
 	probe := admit()
-	if !probe.probe {
+	if probe.probe == 0 {
 		t.Fatal("the first lookup after the pause is no probe")
 	}
 	refused("with the probe in flight")
@@ -238,12 +238,19 @@ func TestOnlyTheProbesAnswerEndsAPause(t *testing.T) {
 
 	p.answered(probe, 0, nil, now) // the probe itself timed out
 	second := admit()
-	if !second.probe {
+	if second.probe == 0 {
 		t.Fatal("after the probe's timeout, the next lookup is no probe")
 	}
 	refused("with the second probe in flight")
-	p.answered(second, 200, nil, now)
-	if tk := admit(); tk.probe {
+	now = now.Add(31 * time.Second) // past probeTimeout: given up on
+	third := admit()
+	if third.probe == 0 {
+		t.Fatal("past the probe timeout, the next lookup is no probe")
+	}
+	p.answered(second, 0, nil, now) // the second probe's late answer
+	refused("after the second probe's late answer, with the third in flight")
+	p.answered(third, 200, nil, now)
+	if tk := admit(); tk.probe != 0 {
 		t.Fatal("after the probe's 200, lookups still probe")
 	}
 	admit()
