@@ -134,11 +134,14 @@ type IngestConfig struct {
 	IndexAll bool `yaml:"index_all"`
 }
 
-// XRPCConfig names the served methods.
+// XRPCConfig names the served methods and bounds what clients may ask
+// of them.
 type XRPCConfig struct {
 	// Namespace is the NSID prefix of the methods: Namespace+".getFeed"
 	// is served.
 	Namespace string `yaml:"namespace"`
+	// HandleLookups bounds getFeed's lookups of actors given as handles.
+	HandleLookups HandleLookupsConfig `yaml:"handle_lookups"`
 }
 
 // LogConfig describes the slog handler.
@@ -209,7 +212,7 @@ func DefaultConfig() Config {
 			IndexAll:         false,
 		},
 		HTTP:      HTTPConfig{Listen: ":8080"},
-		XRPC:      XRPCConfig{Namespace: "com.example.appview"},
+		XRPC:      XRPCConfig{Namespace: "com.example.appview", HandleLookups: defaultHandleLookups()},
 		Log:       LogConfig{Level: "info", Format: "text"},
 		Identity:  defaultIdentityConfig(),
 		Backfill:  defaultBackfillConfig(),

@@ -109,6 +109,7 @@ func (c Config) Validate() error {
 	if _, err := syntax.ParseNSID(c.XRPC.Namespace + ".getFeed"); err != nil {
 		fail("xrpc.namespace", "must be an NSID prefix such as com.example.appview, so that %q is an NSID", c.XRPC.Namespace+".getFeed")
 	}
+	c.XRPC.HandleLookups.validate(fail)
 
 	if !slices.Contains(logLevels, c.Log.Level) {
 		fail("log.level", "%q: must be one of %s", c.Log.Level, strings.Join(logLevels, ", "))

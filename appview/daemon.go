@@ -154,15 +154,16 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 	// one.
 	store.OnGap(dir.PurgeAll)
 	xcfg := xrpc.Config{
-		Namespace:  cfg.XRPC.Namespace,
-		Feeds:      specs,
-		Reader:     store,
-		Actors:     handleResolver{dir},
-		Version:    Version,
-		Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-		Logger:     log,
-		Registerer: reg,
-		Ready:      newReadiness(reg, len(wanted) > 0).Check,
+		Namespace:     cfg.XRPC.Namespace,
+		HandleLookups: cfg.XRPC.HandleLookups.limits(),
+		Feeds:         specs,
+		Reader:        store,
+		Actors:        handleResolver{dir},
+		Version:       Version,
+		Metrics:       promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Logger:        log,
+		Registerer:    reg,
+		Ready:         newReadiness(reg, len(wanted) > 0).Check,
 	}
 	if !cfg.Ingest.IndexAll {
 		xcfg.Viewers = firstReads

@@ -20,36 +20,62 @@ import (
 // new did:plc for each) sent our PLC directory and handle resolver
 // enough to rate-limit us, pausing lookups for everyone (reviews of PLC
 // answers). So getFeed's lookups are shared out:
-//   - each client (clientkey) has maxLookupsPerClient in flight, counted
-//     until the lookup itself ends, not the request;
-//   - all clients together have maxLookupsInFlight, half the directory's,
-//     so other clients, a hundred /64s, cannot fill it either, and the
-//     backfill and profiles keep the rest;
+//   - each client (clientkey) has a share in flight, counted until the
+//     lookup itself ends, not the request;
+//   - all clients together have MaxHandleLookupsInFlight, half the
+//     directory's, so other clients, a hundred /64s, cannot fill it
+//     either, and the backfill and profiles keep the rest;
 //   - each client's lookups that the directory has not cached draw on a
-//     token bucket (lookupBurst, lookupsPerSecond), and all clients'
-//     on one more (totalLookupBurst, totalLookupsPerSecond), since a
-//     host given a /56 is 256 clients; cached ones are free.
+//     token bucket, and all clients' on one more, since a host given a
+//     /56 is 256 clients; cached ones are free.
+// The shares and buckets are HandleLookupLimits.
 //
 // Past a client's share or bucket getFeed answers 429, past the total
 // or the shared bucket 503, each with a Retry-After, and nothing is
 // looked up.
 
+// HandleLookupLimits bounds getFeed's handle lookups (Config.HandleLookups).
+// A zero field takes its default.
+type HandleLookupLimits struct {
+	// ClientInFlight is each client's share of lookups in flight (default
+	// 16, at most MaxHandleLookupsInFlight). A cached handle's lookup
+	// ends at once and hardly holds its place.
+	ClientInFlight int
+	// ClientBurst and ClientPerSecond shape each client's bucket of
+	// lookups the directory has to ask the network for (default 60, 2).
+	ClientBurst     int
+	ClientPerSecond float64
+	// TotalBurst and TotalPerSecond shape the bucket all clients' such
+	// lookups share (default 200, 20).
+	TotalBurst     int
+	TotalPerSecond float64
+}
+
+func (l HandleLookupLimits) withDefaults() HandleLookupLimits {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defRate := func(v *float64, d float64) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&l.ClientInFlight, 16)
+	l.ClientInFlight = min(l.ClientInFlight, MaxHandleLookupsInFlight)
+	def(&l.ClientBurst, 60)
+	defRate(&l.ClientPerSecond, 2)
+	def(&l.TotalBurst, 200)
+	defRate(&l.TotalPerSecond, 20)
+	return l
+}
+
+// MaxHandleLookupsInFlight bounds all getFeed's lookups at once: half of
+// the directory's 256, so the backfill and profiles keep the rest.
+const MaxHandleLookupsInFlight = 128
+
 const (
-	// maxLookupsPerClient is each client's share of handle lookups in
-	// flight. A cached handle's lookup ends at once and hardly holds its
-	// place.
-	maxLookupsPerClient = 16
-	// maxLookupsInFlight bounds all getFeed's lookups: half of the
-	// directory's 256.
-	maxLookupsInFlight = 128
-	// lookupBurst and lookupsPerSecond shape each client's bucket of
-	// lookups the directory has to ask the network for.
-	lookupBurst      = 60
-	lookupsPerSecond = 2
-	// totalLookupBurst and totalLookupsPerSecond shape the bucket all
-	// clients' uncached lookups share.
-	totalLookupBurst      = 200
-	totalLookupsPerSecond = 20
 	// maxLookupHold bounds how long a lookup the request stopped waiting
 	// for keeps its client's place: the directory's two steps (handle,
 	// then document) at its default 30 s each.
@@ -108,14 +134,16 @@ func (b *tokenBucket) wait(shape bucketShape) time.Duration {
 	return time.Duration(max(0, 1-b.tokens) / shape.perSecond * float64(time.Second))
 }
 
-func newLookupShares(now func() time.Time) *lookupShares {
+func newLookupShares(limits HandleLookupLimits, now func() time.Time) *lookupShares {
+	limits = limits.withDefaults()
+	all := bucketShape{float64(limits.TotalBurst), limits.TotalPerSecond}
 	return &lookupShares{
-		perClient: maxLookupsPerClient, total: maxLookupsInFlight,
-		client:     bucketShape{lookupBurst, lookupsPerSecond},
-		all:        bucketShape{totalLookupBurst, totalLookupsPerSecond},
+		perClient: limits.ClientInFlight, total: MaxHandleLookupsInFlight,
+		client:     bucketShape{float64(limits.ClientBurst), limits.ClientPerSecond},
+		all:        all,
 		now:        now,
 		maxClients: maxLookupClients,
-		shared:     fullBucket(bucketShape{totalLookupBurst, totalLookupsPerSecond}, now()),
+		shared:     fullBucket(all, now()),
 		clients:    map[string]*clientLookups{},
 	}
 }

@@ -74,6 +74,8 @@ func TestOneClientsHangingHandleLookupsLeaveOthersTheirShare(t *testing.T) {
 	cfg := testConfig(goldenReader())
 	cfg.Actors = actors
 	cfg.Timeouts = Timeouts{Write: 1500 * time.Millisecond} // lookups wait 500 ms
+	const share = 4
+	cfg.HandleLookups = HandleLookupLimits{ClientInFlight: share}
 	base := serve(t, cfg)
 	greedy, other := clientFrom(t, "127.0.0.1"), clientFrom(t, "127.0.0.2")
 	released := false
@@ -84,7 +86,7 @@ func TestOneClientsHangingHandleLookupsLeaveOthersTheirShare(t *testing.T) {
 	}()
 
 	var wg sync.WaitGroup
-	for i := range maxLookupsPerClient {
+	for i := range share {
 		wg.Go(func() {
 			h := "hang" + strings.Repeat("x", i+1) + ".test"
 			if res := get(t, greedy, base+getFeedURL+"?feed=following&actor="+h); res.Status != http.StatusGatewayTimeout {
@@ -99,8 +101,8 @@ func TestOneClientsHangingHandleLookupsLeaveOthersTheirShare(t *testing.T) {
 		t.Fatalf("the greedy client's next lookup: %d %s (Retry-After %q), want 429 RateLimitExceeded with Retry-After",
 			res.Status, res.Body, res.Header.Get("Retry-After"))
 	}
-	if n := actors.asked.Load(); n != maxLookupsPerClient {
-		t.Fatalf("%d lookups asked, want the share's %d: a refused lookup asks nothing", n, maxLookupsPerClient)
+	if n := actors.asked.Load(); n != share {
+		t.Fatalf("%d lookups asked, want the share's %d: a refused lookup asks nothing", n, share)
 	}
 	if res := get(t, other, base+getFeedURL+"?feed=following&actor=alice.test"); res.Status != http.StatusOK {
 		t.Fatalf("another client, meanwhile: %d %s, want 200", res.Status, res.Body)
@@ -144,8 +146,7 @@ func TestAClientsNewHandlesAreRateLimited(t *testing.T) {
 	cfg.Actors = actors
 	s := NewServer(cfg)
 	clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	s.lookups = newLookupShares(clk.Now)
-	s.lookups.client = bucketShape{burst: 3, perSecond: 1}
+	s.lookups = newLookupShares(HandleLookupLimits{ClientBurst: 3, ClientPerSecond: 1}, clk.Now)
 	base := serveServer(t, s)
 	client, other := clientFrom(t, "127.0.0.1"), clientFrom(t, "127.0.0.2")
 	feedOf := func(c *http.Client, h string) response {
@@ -207,10 +208,7 @@ func TestHandleLookupsInFlightAreBoundedOverAllClients(t *testing.T) {
 // used it up, and cached lookups draw on neither.
 func TestLookupBuckets(t *testing.T) {
 	clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	l := newLookupShares(clk.Now)
-	l.client = bucketShape{burst: 2, perSecond: 0.5}
-	l.all = bucketShape{burst: 3, perSecond: 10}
-	l.shared = fullBucket(l.all, clk.Now())
+	l := newLookupShares(HandleLookupLimits{ClientBurst: 2, ClientPerSecond: 0.5, TotalBurst: 3, TotalPerSecond: 10}, clk.Now)
 	take := func(client string, cached bool) *shareError {
 		t.Helper()
 		err := l.take(client, cached)
@@ -251,7 +249,7 @@ func TestLookupBuckets(t *testing.T) {
 // one holding a lookup: its release would miss it, and the counts drift.
 func TestForgettingClientsKeepsThoseWithLookupsInFlight(t *testing.T) {
 	clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	l := newLookupShares(clk.Now)
+	l := newLookupShares(HandleLookupLimits{}, clk.Now)
 	l.maxClients = 3
 	if err := l.take("holder", false); err != nil {
 		t.Fatal(err)

@@ -103,6 +103,9 @@ type Config struct {
 	// Status, when set, serves GET /status with the JSON encoding of what
 	// it returns (statuspage.go).
 	Status func(context.Context) (any, error)
+	// HandleLookups bounds getFeed's lookups of handle actors
+	// (handleshare.go).
+	HandleLookups HandleLookupLimits
 	// FilterScanLimit bounds the feed rows a filtered getFeed page
 	// examines; 0 means feeds.DefaultScanLimit.
 	FilterScanLimit int
@@ -237,7 +240,7 @@ func NewServer(cfg Config) *Server {
 		// Derived from the write timeout so that a test shortening it
 		// shortens the lookup too.
 		actorTimeout:    actorLookupTimeout(timeouts.Write),
-		lookups:         newLookupShares(time.Now),
+		lookups:         newLookupShares(cfg.HandleLookups, time.Now),
 		firstReadBudget: firstReadDeadline(timeouts.Write),
 	}
 	for _, f := range cfg.Feeds {
