@@ -52,23 +52,20 @@ type HandleLookupLimits struct {
 }
 
 func (l HandleLookupLimits) withDefaults() HandleLookupLimits {
-	def := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	defRate := func(v *float64, d float64) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&l.ClientInFlight, 16)
+	orDefault(&l.ClientInFlight, 16)
 	l.ClientInFlight = min(l.ClientInFlight, MaxHandleLookupsInFlight)
-	def(&l.ClientBurst, 60)
-	defRate(&l.ClientPerSecond, 2)
-	def(&l.TotalBurst, 200)
-	defRate(&l.TotalPerSecond, 20)
+	orDefault(&l.ClientBurst, 60)
+	orDefault(&l.ClientPerSecond, 2)
+	orDefault(&l.TotalBurst, 200)
+	orDefault(&l.TotalPerSecond, 20)
 	return l
+}
+
+// orDefault sets *v to d unless it is positive.
+func orDefault[T int | float64](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // MaxHandleLookupsInFlight bounds all getFeed's lookups at once: half of
