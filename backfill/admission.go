@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/atfeeds/appview/internal/clientkey"
+	"github.com/atfeeds/appview/internal/tokenbucket"
 )
 
 // First reads are the expensive thing an outsider can trigger: each one
@@ -82,17 +83,17 @@ type admission struct {
 	running chan struct{} // semaphore of MaxRunning
 	mu      sync.Mutex
 	waiting int
-	buckets map[string]*bucket
-}
-
-type bucket struct {
-	tokens float64
-	last   time.Time
+	shape   tokenbucket.Shape
+	buckets map[string]*tokenbucket.Bucket
 }
 
 func newAdmission(cfg AdmissionConfig) *admission {
 	cfg.setDefaults()
-	return &admission{cfg: cfg, running: make(chan struct{}, cfg.MaxRunning), buckets: map[string]*bucket{}}
+	return &admission{
+		cfg: cfg, running: make(chan struct{}, cfg.MaxRunning),
+		shape:   tokenbucket.Shape{Burst: float64(cfg.PerClientBurst), PerSecond: cfg.PerClientRate},
+		buckets: map[string]*tokenbucket.Bucket{},
+	}
 }
 
 // allowClient takes a token from the client's bucket.
@@ -105,25 +106,23 @@ func (a *admission) allowClient(client string, now time.Time) error {
 		if len(a.buckets) >= a.cfg.MaxClients {
 			a.forgetOldest(now)
 		}
-		b = &bucket{tokens: float64(a.cfg.PerClientBurst), last: now}
+		full := tokenbucket.Full(a.shape, now)
+		b = &full
 		a.buckets[client] = b
 	}
-	b.tokens = min(float64(a.cfg.PerClientBurst), b.tokens+now.Sub(b.last).Seconds()*a.cfg.PerClientRate)
-	b.last = now
-	if b.tokens < 1 {
-		wait := time.Duration((1 - b.tokens) / a.cfg.PerClientRate * float64(time.Second))
-		return &RejectedError{Err: ErrRateLimited, RetryAfter: max(wait, time.Second)}
+	b.Refill(a.shape, now)
+	if !b.Has() {
+		return &RejectedError{Err: ErrRateLimited, RetryAfter: max(b.Wait(a.shape), time.Second)}
 	}
-	b.tokens--
+	b.Take()
 	return nil
 }
 
 // forgetOldest drops buckets idle long enough to be full again, or failing
 // that, every bucket: memory stays bounded whatever clients do.
 func (a *admission) forgetOldest(now time.Time) {
-	full := time.Duration(float64(a.cfg.PerClientBurst) / a.cfg.PerClientRate * float64(time.Second))
 	for k, b := range a.buckets {
-		if now.Sub(b.last) > full {
+		if b.Refill(a.shape, now); b.IsFull(a.shape) {
 			delete(a.buckets, k)
 		}
 	}

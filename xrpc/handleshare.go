@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/internal/tokenbucket"
 )
 
 // getFeed resolves handle actors before any admission, and the directory
@@ -88,59 +90,31 @@ type lookupShares struct {
 	perClient, total int
 	// client and all are the buckets' shapes: each client's, and the one
 	// all share.
-	client, all bucketShape
+	client, all tokenbucket.Shape
 	now         func() time.Time
 	maxClients  int
 
 	mu       sync.Mutex
 	inflight int
-	shared   tokenBucket
+	shared   tokenbucket.Bucket
 	clients  map[string]*clientLookups
 }
 
 type clientLookups struct {
 	held   int
-	tokens tokenBucket
-}
-
-// bucketShape is a token bucket's size and refill rate.
-type bucketShape struct {
-	burst, perSecond float64
-}
-
-// tokenBucket is the state of a bucket of some shape.
-type tokenBucket struct {
-	tokens float64
-	last   time.Time // when tokens was last brought up to date
-}
-
-func fullBucket(shape bucketShape, now time.Time) tokenBucket {
-	return tokenBucket{tokens: shape.burst, last: now}
-}
-
-// refill brings b up to date at now; a clock that went back adds nothing.
-func (b *tokenBucket) refill(shape bucketShape, now time.Time) {
-	if now.After(b.last) {
-		b.tokens = min(shape.burst, b.tokens+now.Sub(b.last).Seconds()*shape.perSecond)
-		b.last = now
-	}
-}
-
-// wait is how long until b, refilled, holds a whole token.
-func (b *tokenBucket) wait(shape bucketShape) time.Duration {
-	return time.Duration(max(0, 1-b.tokens) / shape.perSecond * float64(time.Second))
+	tokens tokenbucket.Bucket
 }
 
 func newLookupShares(limits HandleLookupLimits, now func() time.Time) *lookupShares {
 	limits = limits.withDefaults()
-	all := bucketShape{float64(limits.TotalBurst), limits.TotalPerSecond}
+	all := tokenbucket.Shape{Burst: float64(limits.TotalBurst), PerSecond: limits.TotalPerSecond}
 	return &lookupShares{
 		perClient: limits.ClientInFlight, total: MaxHandleLookupsInFlight,
-		client:     bucketShape{float64(limits.ClientBurst), limits.ClientPerSecond},
+		client:     tokenbucket.Shape{Burst: float64(limits.ClientBurst), PerSecond: limits.ClientPerSecond},
 		all:        all,
 		now:        now,
 		maxClients: maxLookupClients,
-		shared:     fullBucket(all, now()),
+		shared:     tokenbucket.Full(all, now()),
 		clients:    map[string]*clientLookups{},
 	}
 }
@@ -166,25 +140,25 @@ func (l *lookupShares) take(client string, cached bool) error {
 		if len(l.clients) >= l.maxClients {
 			l.forget(now)
 		}
-		c = &clientLookups{tokens: fullBucket(l.client, now)}
+		c = &clientLookups{tokens: tokenbucket.Full(l.client, now)}
 		l.clients[client] = c
 	}
-	c.tokens.refill(l.client, now)
-	l.shared.refill(l.all, now)
+	c.tokens.Refill(l.client, now)
+	l.shared.Refill(l.all, now)
 	switch {
 	case c.held >= l.perClient:
 		return &shareError{http.StatusTooManyRequests, time.Second, "too many handle lookups in flight from this client"}
-	case !cached && c.tokens.tokens < 1:
-		return &shareError{http.StatusTooManyRequests, c.tokens.wait(l.client),
-			fmt.Sprintf("too many new handles from this client: at most %g a second", l.client.perSecond)}
+	case !cached && !c.tokens.Has():
+		return &shareError{http.StatusTooManyRequests, c.tokens.Wait(l.client),
+			fmt.Sprintf("too many new handles from this client: at most %g a second", l.client.PerSecond)}
 	case l.inflight >= l.total:
 		return &shareError{http.StatusServiceUnavailable, time.Second, "too many handle lookups in flight"}
-	case !cached && l.shared.tokens < 1:
-		return &shareError{http.StatusServiceUnavailable, l.shared.wait(l.all), "too many new handles asked for"}
+	case !cached && !l.shared.Has():
+		return &shareError{http.StatusServiceUnavailable, l.shared.Wait(l.all), "too many new handles asked for"}
 	}
 	if !cached {
-		c.tokens.tokens--
-		l.shared.tokens--
+		c.tokens.Take()
+		l.shared.Take()
 	}
 	c.held++
 	l.inflight++
@@ -209,7 +183,7 @@ func (l *lookupShares) forget(now time.Time) {
 		if c.held > 0 {
 			continue
 		}
-		if c.tokens.refill(l.client, now); c.tokens.tokens >= l.client.burst {
+		if c.tokens.Refill(l.client, now); c.tokens.IsFull(l.client) {
 			delete(l.clients, k)
 		}
 	}
