@@ -77,14 +77,26 @@ func encodeCursor(sc cursorScope, key feeds.PageKey) string {
 	return cursorEncoding.EncodeToString(raw)
 }
 
-// decodeCursor parses a cursor made by encodeCursor for the same scope.
-func decodeCursor(sc cursorScope, s string) (feeds.PageKey, error) {
+// parseCursor checks what a cursor's shape alone can tell: its length,
+// encoding and version. It needs no scope, so getFeed runs it before a
+// handle actor's lookup: a mangled cursor is a 400 without a network call
+// (and a 400 whatever the directory's state).
+func parseCursor(s string) ([]byte, error) {
 	if len(s) > maxCursorLen || len(s) != cursorEncoding.EncodedLen(cursorRawLen) {
-		return feeds.PageKey{}, errInvalidCursor
+		return nil, errInvalidCursor
 	}
 	raw, err := cursorEncoding.DecodeString(s)
 	if err != nil || len(raw) != cursorRawLen || raw[0] != cursorVersion {
-		return feeds.PageKey{}, errInvalidCursor
+		return nil, errInvalidCursor
+	}
+	return raw, nil
+}
+
+// decodeCursor parses a cursor made by encodeCursor for the same scope.
+func decodeCursor(sc cursorScope, s string) (feeds.PageKey, error) {
+	raw, err := parseCursor(s)
+	if err != nil {
+		return feeds.PageKey{}, err
 	}
 	payload, check := raw[:cursorPayloadLen], raw[cursorPayloadLen:]
 	if !bytes.Equal(check, sc.check(payload)) {

@@ -134,6 +134,11 @@ func (s *Server) parseFeedParams(rawQuery string) (feedParams, *Error) {
 		if err := p.decodeCursor(); err != nil {
 			return feedParams{}, err
 		}
+	} else if p.RawCursor != "" {
+		// Its check waits for the DID; its shape need not.
+		if _, err := parseCursor(p.RawCursor); err != nil {
+			return feedParams{}, invalidRequest(errInvalidCursor.Error())
+		}
 	}
 	return p, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/atfeeds/appview/directory"
 	"github.com/atfeeds/appview/directory/plctest"
+	"github.com/atfeeds/appview/feeds"
 )
 
 // directoryActors adapts a real directory, pointed at loopback stand-ins
@@ -141,5 +143,41 @@ func TestActorErrorIsNeverInternal(t *testing.T) {
 		if xe := actorError("alice.test", tc.err); xe.Status != tc.status {
 			t.Errorf("%v: got %d %s, want %d", tc.err, xe.Status, xe.Name, tc.status)
 		}
+	}
+}
+
+// TestAMangledCursorIsRefusedBeforeTheHandleLookup: a cursor's check needs
+// the actor's DID, but its shape does not. A mangled cursor beside a
+// handle actor is a 400 without asking the directory, whatever state the
+// directory is in; a well-formed cursor waits for the DID, and one made
+// for another actor is then refused too.
+func TestAMangledCursorIsRefusedBeforeTheHandleLookup(t *testing.T) {
+	actors := &answeringActors{}
+	cfg := testConfig(goldenReader())
+	cfg.Actors = actors
+	base := serve(t, cfg)
+	feedURL := base + getFeedURL + "?feed=following&actor=alice.test&cursor="
+
+	for _, cursor := range []string{"hello", strings.Repeat("A", 34), "!" + strings.Repeat("A", 33)} {
+		res := do(t, http.MethodGet, feedURL+cursor)
+		if res.Status != http.StatusBadRequest || decodeEnvelope(t, res.Body).Error != "InvalidRequest" {
+			t.Fatalf("cursor %q: %d %s, want 400 InvalidRequest", cursor, res.Status, res.Body)
+		}
+	}
+	if n := actors.asked.Load(); n != 0 {
+		t.Fatalf("%d handle lookups for mangled cursors, want none", n)
+	}
+
+	scope := cursorScope{Feed: "following", Actor: alice, Collection: posts}
+	if res := do(t, http.MethodGet, feedURL+encodeCursor(scope, feeds.PageKey{SortUS: 5, RecordID: 7})); res.Status != http.StatusOK {
+		t.Fatalf("alice's own cursor: %d %s, want 200", res.Status, res.Body)
+	}
+	scope.Actor = bob
+	res := do(t, http.MethodGet, feedURL+encodeCursor(scope, feeds.PageKey{SortUS: 5, RecordID: 7}))
+	if res.Status != http.StatusBadRequest {
+		t.Fatalf("bob's cursor for alice's feed: %d %s, want 400", res.Status, res.Body)
+	}
+	if n := actors.asked.Load(); n != 2 {
+		t.Fatalf("%d handle lookups, want 2: well-formed cursors are checked against the DID", n)
 	}
 }
