@@ -182,6 +182,14 @@ func firstReadDeadline(write time.Duration) time.Duration {
 	return write * 3 / 4
 }
 
+// pageDeadline is how long after its start a getFeed stops waiting for
+// its page and profiles: nine tenths of the write timeout, which runs
+// from the end of the request headers, so the response is still written
+// in time.
+func pageDeadline(write time.Duration) time.Duration {
+	return write * 9 / 10
+}
+
 // resolveActor turns a handle actor into its DID, waiting at most
 // s.actorTimeout; actorError says what a failure means to the client.
 func (s *Server) resolveActor(c echo.Context, p *feedParams) *Error {
@@ -299,7 +307,13 @@ func (s *Server) getFeed(c echo.Context) error {
 			return s.firstReadError(c, err, outOfTime)
 		}
 	}
-	page, err := s.reader.ReadFeed(c.Request().Context(), feeds.PageQuery{
+	// The page and its profiles must be ready while the response can
+	// still be written: the write timeout cancels nothing, and a read
+	// queued behind a saturated read pool would otherwise hold its
+	// goroutine until the client gave up.
+	ctx, cancel := context.WithDeadline(c.Request().Context(), start.Add(s.pageBudget))
+	defer cancel()
+	page, err := s.reader.ReadFeed(ctx, feeds.PageQuery{
 		Feed:       p.Scope.Feed,
 		Viewer:     p.Scope.Actor,
 		Collection: p.Scope.Collection,
@@ -312,6 +326,9 @@ func (s *Server) getFeed(c echo.Context) error {
 		return invalidRequest("filter is not declared for this collection")
 	}
 	if err != nil {
+		if xe := s.outOfTime(c, ctx, "read feed", err); xe != nil {
+			return xe
+		}
 		return s.failed(c, "read feed", err, "feed", p.Scope.Feed, "collection", p.Scope.Collection)
 	}
 
@@ -331,8 +348,11 @@ func (s *Server) getFeed(c echo.Context) error {
 		resp.Cursor = encodeCursor(p.Scope, *page.Next)
 	}
 	if p.Profiles {
-		views, err := s.hydrate(c.Request().Context(), resp.Records)
+		views, err := s.hydrate(ctx, resp.Records)
 		if err != nil {
+			if xe := s.outOfTime(c, ctx, "hydrate profiles", err); xe != nil {
+				return xe
+			}
 			return s.failed(c, "hydrate profiles", err)
 		}
 		resp.Profiles = &views
@@ -347,6 +367,19 @@ func (s *Server) getFeed(c echo.Context) error {
 	// whole, not chunked: one write fewer on the connection.
 	c.Response().Header().Set(echo.HeaderContentLength, strconv.Itoa(len(*buf)))
 	return c.Blob(http.StatusOK, "application/json; charset=utf-8", *buf)
+}
+
+// outOfTime answers a page read or hydration that ctx, getFeed's
+// deadline (pageDeadline), cut off while the client still waited: 503
+// with Retry-After, as the server was too busy to answer in time. Nil
+// for any other failure. Counted by the requests metric's status.
+func (s *Server) outOfTime(c echo.Context, ctx context.Context, what string, err error) *Error {
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) || c.Request().Context().Err() != nil {
+		return nil
+	}
+	s.logger.Debug(what+": out of time", "err", err)
+	c.Response().Header().Set("Retry-After", "1")
+	return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: "the server is too busy to read this feed in time; retry later"}
 }
 
 // firstReadError answers a first read refused for load with 429 (this

@@ -194,6 +194,9 @@ type Server struct {
 	// firstReadBudget bounds, from the start of a getFeed, its wait for a
 	// viewer's first read (firstReadDeadline).
 	firstReadBudget time.Duration
+	// pageBudget bounds, from the start of a getFeed, its page read and
+	// profiles (pageDeadline).
+	pageBudget time.Duration
 	// inflight counts the handlers running (track), for Shutdown.
 	inflight sync.WaitGroup
 
@@ -242,6 +245,7 @@ func NewServer(cfg Config) *Server {
 		actorTimeout:    actorLookupTimeout(timeouts.Write),
 		lookups:         newLookupShares(cfg.HandleLookups, time.Now),
 		firstReadBudget: firstReadDeadline(timeouts.Write),
+		pageBudget:      pageDeadline(timeouts.Write),
 	}
 	for _, f := range cfg.Feeds {
 		s.feeds[f.Name] = f
