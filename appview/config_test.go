@@ -2,6 +2,7 @@ package appview
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -276,7 +277,8 @@ func TestValidate(t *testing.T) {
 		{"url with query", func(c *Config) { c.Jetstream.URLs[0] = "wss://a.example/subscribe?compress=true" }, "jetstream.urls[0]: URL \"wss://a.example/subscribe?compress=true\": must not carry a query"},
 		{"url with fragment", func(c *Config) { c.Jetstream.URLs[0] = "wss://a.example/subscribe#x" }, "jetstream.urls[0]: URL \"wss://a.example/subscribe#x\": must not carry a fragment"},
 		{"negative rewind", func(c *Config) { c.Jetstream.Rewind = -time.Second }, "jetstream.rewind: must not be negative"},
-		{"zero max frame", func(c *Config) { c.Jetstream.MaxFrameBytes = 0 }, "jetstream.max_frame_bytes: must be positive"},
+		{"zero max frame", func(c *Config) { c.Jetstream.MaxFrameBytes = 0 }, "jetstream.max_frame_bytes: must be between 1 and 67108864"},
+		{"huge max frame", func(c *Config) { c.Jetstream.MaxFrameBytes = math.MaxInt64 }, "jetstream.max_frame_bytes: must be between 1 and 67108864"},
 		{"zero read timeout", func(c *Config) { c.Jetstream.ReadTimeout = 0 }, "jetstream.read_timeout: must be positive"},
 		{"no idle timeout", func(c *Config) { c.Jetstream.IdleTimeout = 0 }, ""},
 		{"shortest idle timeout", func(c *Config) { c.Jetstream.IdleTimeout = minIdleTimeout }, ""},

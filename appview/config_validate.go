@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/jetstream"
 )
 
 // maxWantedCollections is Jetstream's limit on wantedCollections.
@@ -70,8 +72,8 @@ func (c Config) Validate() error {
 	if js.Rewind < 0 {
 		fail("jetstream.rewind", "must not be negative")
 	}
-	if js.MaxFrameBytes <= 0 {
-		fail("jetstream.max_frame_bytes", "must be positive")
+	if js.MaxFrameBytes <= 0 || js.MaxFrameBytes > jetstream.MaxMaxFrameBytes {
+		fail("jetstream.max_frame_bytes", "must be between 1 and %d", jetstream.MaxMaxFrameBytes)
 	}
 	if js.ReadTimeout <= 0 {
 		fail("jetstream.read_timeout", "must be positive")

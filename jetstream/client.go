@@ -19,6 +19,10 @@ const DefaultRewind = 5 * time.Second
 
 const (
 	defaultMaxFrameBytes = 1 << 20
+	// MaxMaxFrameBytes bounds MaxFrameBytes: a frame is buffered whole
+	// up to it, and an event is a few hundred bytes (a record at most a
+	// few KiB).
+	MaxMaxFrameBytes = 64 << 20
 	defaultReadTimeout   = 60 * time.Second
 	defaultMinBackoff    = 250 * time.Millisecond
 	defaultMaxBackoff    = 30 * time.Second
@@ -45,8 +49,9 @@ type Config struct {
 	Rewind time.Duration
 	// Compression offers permessage-deflate, which v2 servers accept.
 	Compression bool
-	// MaxFrameBytes caps a frame after decompression; default 1 MiB. A
-	// larger frame is read to its end and discarded, not buffered.
+	// MaxFrameBytes caps a frame after decompression; default 1 MiB, at
+	// most MaxMaxFrameBytes. A larger frame is read to its end and
+	// discarded, not buffered.
 	MaxFrameBytes int64
 	// ReadTimeout ends a session that receives no frame, ping or pong for
 	// this long, or only malformed frames; default 60s (servers ping every
@@ -232,6 +237,8 @@ func NewClient(cfg Config, dec *Decoder, logger *slog.Logger, m *Metrics) *Clien
 	if cfg.MaxFrameBytes <= 0 {
 		cfg.MaxFrameBytes = defaultMaxFrameBytes
 	}
+	// Past the bound, the reads' limits (MaxFrameBytes+1) would overflow.
+	cfg.MaxFrameBytes = min(cfg.MaxFrameBytes, MaxMaxFrameBytes)
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = defaultReadTimeout
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -905,5 +906,24 @@ func TestARestartCutsTheBackoffShort(t *testing.T) {
 	}
 	if n := len(h.sleepsSoFar()); n != 1 {
 		t.Errorf("%d backoff sleeps, want the one the Restart cut short", n)
+	}
+}
+
+// A MaxFrameBytes past MaxMaxFrameBytes is held to it: at math.MaxInt64
+// the read's limit (MaxFrameBytes+1) overflowed to a negative one, every
+// frame read as empty and was dropped as bad JSON, and the client cycled
+// through its hosts delivering nothing (a review).
+func TestAHugeMaxFrameBytesStillReadsFrames(t *testing.T) {
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		if send(conn, followFrame) {
+			holdOpen(conn)
+		}
+	})
+	h := startClient(t, Config{URLs: []string{srv.url}, MaxFrameBytes: math.MaxInt64}, fixed(Position{}), 10)
+	if ev := h.next(t); ev.Kind != KindCommit || ev.TimeUS != 1795975616983633 {
+		t.Fatalf("event %+v, want the follow", ev)
+	}
+	if got := testutil.ToFloat64(h.metrics.dropped.WithLabelValues(ReasonBadJSON)); got != 0 {
+		t.Errorf("dropped{%s} = %v, want 0", ReasonBadJSON, got)
 	}
 }
