@@ -116,9 +116,20 @@ type ticket struct {
 	probe uint64 // the probe's number; 0 for a lookup that is no probe
 }
 
-// probeWait is the time left a lookup is told while a probe is in
+// probeWait is the least time left a lookup is told while a probe is in
 // flight.
 const probeWait = time.Second
+
+// probeLeft is the time left a lookup is told while a probe sent at
+// probeUntil - probeTimeout is in flight: as long as the probe has been
+// in flight, at least probeWait, and no longer than until another lookup
+// may probe. The callers (listings, first reads) try again after it, each
+// try a write; told a fixed second, they tried 30 times over a slow
+// probe of 30 s, and now about 5 (a review of the pause).
+func (p *pause) probeLeft(now time.Time) time.Duration {
+	inFlight := now.Sub(p.probeUntil.Add(-p.probeTimeout))
+	return min(max(probeWait, inFlight), p.probeUntil.Sub(now))
+}
 
 // admit says whether a lookup may be sent now: a *PausedError while the
 // service is paused, or while another lookup probes it.
@@ -135,7 +146,7 @@ func (p *pause) admit(now time.Time) (ticket, error) {
 		return ticket{gen: p.gen}, nil
 	}
 	if now.Before(p.probeUntil) {
-		return ticket{}, &PausedError{Service: p.service, Left: probeWait}
+		return ticket{}, &PausedError{Service: p.service, Left: p.probeLeft(now)}
 	}
 	p.probeUntil = now.Add(p.probeTimeout)
 	p.probes++

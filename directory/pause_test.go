@@ -255,3 +255,36 @@ func TestOnlyTheProbesAnswerEndsAPause(t *testing.T) {
 	}
 	admit()
 }
+
+// While a probe is in flight the others are told to wait as long as it
+// has been in flight (at least a second), and never past the time another
+// lookup may probe: a slow probe no longer has every deferred listing try
+// again, with a write, every second until it is answered.
+func TestLookupsWaitLongerTheLongerAProbeIsInFlight(t *testing.T) {
+	p := &pause{service: ServicePLC, probeTimeout: 30 * time.Second}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := p.answered(ticket{}, http.StatusTooManyRequests, http.Header{"Retry-After": {"5"}}, t0); err == nil {
+		t.Fatal("a 429 began no pause")
+	}
+	sent := t0.Add(5 * time.Second)
+	if tk, err := p.admit(sent); err != nil || tk.probe == 0 {
+		t.Fatalf("at the pause's end: ticket %+v, %v; want the probe", tk, err)
+	}
+	for _, tc := range []struct {
+		after, left time.Duration
+	}{
+		{0, probeWait},
+		{500 * time.Millisecond, probeWait},
+		{4 * time.Second, 4 * time.Second},
+		{20 * time.Second, 10 * time.Second}, // until another may probe
+		{29 * time.Second, time.Second},
+	} {
+		_, err := p.admit(sent.Add(tc.after))
+		if left := RetryAfter(err); !errors.Is(err, ErrBusy) || left != tc.left {
+			t.Errorf("%s into the probe: %v (retry after %s), want ErrBusy after %s", tc.after, err, left, tc.left)
+		}
+	}
+	if tk, err := p.admit(sent.Add(30 * time.Second)); err != nil || tk.probe != 2 {
+		t.Fatalf("once the probe timed out: ticket %+v, %v; want the second probe", tk, err)
+	}
+}
