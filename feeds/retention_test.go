@@ -3,6 +3,7 @@ package feeds
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/bluesky-social/indigo/atproto/syntax"
+
+	"github.com/atfeeds/appview/internal/writelock"
 )
 
 const hourUS = int64(time.Hour / time.Microsecond)
@@ -541,5 +544,39 @@ func TestRetentionLeavesNoHoleBehindAListingInProgress(t *testing.T) {
 	complete := querySQL[int](t, s, `SELECT complete FROM listings WHERE actor_id = (SELECT id FROM actors WHERE did = ?)`, string(did("bob")))
 	if got := storedRKeys(t, s, "records"); !slices.Contains(got, rkey) || complete != 1 {
 		t.Fatalf("records = %v, listing complete = %d: want %q kept and the listing complete", got, complete, rkey)
+	}
+}
+
+// The incremental vacuum runs outside a transaction, so it takes the
+// write lock on its own. Held by another process past the busy timeout,
+// it is ErrWriteBusy, which the ingester skips a tick for, not a raw
+// SQLITE_BUSY, which stopped the daemon (a review); the vacuum goes on
+// at a later tick.
+func TestAVacuumBehindAnotherProcesssLockIsWriteBusy(t *testing.T) {
+	t.Parallel()
+	feeds := []Feed{{Name: "following", FollowCollection: followNSID, MergeLimit: 10,
+		Targets: []Target{{Collection: postNSID, Cap: 1}}}}
+	path := t.TempDir() + "/appview.db"
+	s := openSweep(t, path, feeds, SweepOptions{Retention: time.Microsecond, TombstoneWindow: -1, IncrementalVacuum: true, VacuumPages: 16})
+	changes := []Change{follow("v", "alice", "f", 1)}
+	for i := range 2000 {
+		changes = append(changes, post("alice", fmt.Sprintf("p%d", i), int64(10+i)))
+	}
+	res := apply(t, s, changes...)
+	tick(t, s, t0, res.MutatedFeeds())
+	for s.sweep.retainMore {
+		tick(t, s, t0, false)
+	}
+	if !s.sweep.vacuumMore {
+		t.Fatal("no vacuum pending once retention was done")
+	}
+	release := writelock.Hold(t, path)
+	_, err := s.SweepTick(context.Background(), Tick{Now: t0})
+	release()
+	if !errors.Is(err, ErrWriteBusy) {
+		t.Fatalf("a vacuum behind another process's lock: %v, want ErrWriteBusy", err)
+	}
+	if r := tick(t, s, t0, false); r.VacuumedPages == 0 {
+		t.Fatalf("the next tick vacuumed nothing: %+v", r)
 	}
 }

@@ -28,6 +28,15 @@ func (s *Store) vacuum(ctx context.Context, freed bool, res *SweepResult) error 
 	n := min(free-keep, keep)
 	// PRAGMA takes no bound parameters; n is our own integer.
 	if _, err := s.writer.ExecContext(ctx, fmt.Sprintf("PRAGMA incremental_vacuum(%d)", n)); err != nil {
+		if isBusy(err) {
+			// Outside a transaction, so begin's mapping does not apply:
+			// another process held the write lock past the busy
+			// timeout. The tick is skipped as a slice's would be (a raw
+			// SQLITE_BUSY stopped the daemon); vacuumMore is left set,
+			// so a later tick goes on.
+			s.metrics.wroteBusy()
+			return fmt.Errorf("%w: %v", ErrWriteBusy, err)
+		}
 		return err
 	}
 	after, err := s.freePages(ctx)
