@@ -44,9 +44,10 @@ func (c Config) goLimitMB() int {
 func (c Config) validateMemory(fail func(field, format string, args ...any)) {
 	if n := c.Memory.GoLimitMB; n > maxGoLimitMB {
 		fail("memory.go_limit_mb", "must be at most %d (negative: no limit, 0: derived from database.record_cache_mb)", maxGoLimitMB)
-	} else if n > 0 && n < 2*c.Database.RecordCacheMB {
-		// Below what the record cache alone keeps live, the collector
-		// would run all the time and take up to half the CPU.
-		fail("memory.go_limit_mb", "must be at least twice database.record_cache_mb (%d), or 0 to derive it, or negative for no limit", 2*c.Database.RecordCacheMB)
+	} else if least := 2*c.Database.RecordCacheMB + goLimitHeadroomMB; n > 0 && n < least {
+		// Below what the record cache and the rest of the heap keep
+		// live, the collector would run all the time and take up to
+		// half the CPU.
+		fail("memory.go_limit_mb", "must be at least twice database.record_cache_mb plus %d (%d), or 0 to derive it, or negative for no limit", goLimitHeadroomMB, least)
 	}
 }

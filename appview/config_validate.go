@@ -22,6 +22,10 @@ const maxWantedCollections = 100
 // host.
 const minIdleTimeout = 30 * time.Second
 
+// minRetentionWindow is the shortest jetstream.retention_window: twice
+// a failover's rewind, and longer than a routine restart.
+const minRetentionWindow = 10 * time.Minute
+
 // maxBatchInterval bounds ingest.max_batch_interval: a feed may lag the
 // stream by that much under load, and a minute is already far past what a
 // reader of a timeline would wait for.
@@ -75,8 +79,11 @@ func (c Config) Validate() error {
 	if js.MaxFrameBytes <= 0 || js.MaxFrameBytes > jetstream.MaxMaxFrameBytes {
 		fail("jetstream.max_frame_bytes", "must be between 1 and %d", jetstream.MaxMaxFrameBytes)
 	}
-	if js.ReadTimeout <= 0 {
-		fail("jetstream.read_timeout", "must be positive")
+	if js.ReadTimeout < minIdleTimeout {
+		// Jetstream pings every 30 s: shorter, a quiet stream ends its
+		// session between two pings and the consumer reconnects again
+		// and again.
+		fail("jetstream.read_timeout", "must be at least %v (Jetstream pings every 30s), got %v", minIdleTimeout, js.ReadTimeout)
 	}
 	if js.IdleTimeout < 0 || (js.IdleTimeout > 0 && js.IdleTimeout < minIdleTimeout) {
 		// Shorter, every session would end before the host's first event
@@ -89,8 +96,12 @@ func (c Config) Validate() error {
 		// would end the process out of memory instead of with this error.
 		fail("jetstream.queue_size", "must be between 1 and 1000000")
 	}
-	if js.RetentionWindow <= 0 {
-		fail("jetstream.retention_window", "must be positive")
+	if js.RetentionWindow < minRetentionWindow {
+		// A stored cursor older than the window at reconnect is a
+		// recorded gap, and every viewer's feed is rebuilt from the PDSes
+		// at its next read: with a window of seconds (1m typed for 1h),
+		// every restart would do that.
+		fail("jetstream.retention_window", "must be at least %v, got %v", minRetentionWindow, js.RetentionWindow)
 	}
 
 	if n := c.Ingest.BatchSize; n < 1 || n > 100000 {
