@@ -117,6 +117,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 	// speaks for the keys under it. A resumed round has it from the
 	// stored listing, when the page before was in order.
 	above, aboveKnown := resumeAbove(st)
+	cycle := newPageCycle()
 	for {
 		// A resumed listing asks only for what its limit has left.
 		limit := pageLimit(maxRecords, st.Fetched)
@@ -128,6 +129,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 				restarted = true
 				st = st.NextRound(host)
 				above, aboveKnown = resumeAbove(st)
+				cycle = newPageCycle()
 				continue
 			}
 			if errors.Is(err, pds.ErrCursorTooLong) {
@@ -164,6 +166,11 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 		// enough records.
 		got := len(page.Records) + page.Dropped()
 		stuck := page.Cursor != "" && page.Cursor == st.Cursor
+		if cycle.circles(page.Cursor, records) && !stuck && page.Cursor != "" {
+			stuck = true
+			s.log.Warn("listing_pages_in_circles", "account", account, "collection", coll, "host", host, "page", next.Page)
+			s.metrics.pagedInCircles(run.Kind)
+		}
 		// Only a page without a cursor, or an empty one, shows the end;
 		// a short page with a cursor may be a PDS that caps its pages.
 		ended := page.Cursor == "" || got == 0
@@ -254,6 +261,7 @@ func (s *Service) list(ctx context.Context, account syntax.DID, coll syntax.NSID
 			}
 			st = resumeAt(cur, host)
 			above, aboveKnown = resumeAbove(st)
+			cycle = newPageCycle()
 			continue
 		}
 		st = next

@@ -21,6 +21,7 @@ type Metrics struct {
 	droppedRecs   *prometheus.CounterVec
 	overLimitRecs *prometheus.CounterVec
 	longCursors   prometheus.Counter
+	circles       *prometheus.CounterVec
 	unlisted      prometheus.Counter
 	restored      prometheus.Counter
 	edited        prometheus.Counter
@@ -82,6 +83,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: ns, Subsystem: "backfill", Name: "cursor_too_long_total",
 		Help: "PDS listing pages whose cursor was over 2,048 bytes; the round ended with that error.",
 	})
+	m.circles = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: "backfill", Name: "listings_in_circles_total",
+		Help: "Listing rounds ended because the PDS paged in circles (a cursor it answered before, or a page of records the round listed already), by listing kind (follows, targets).",
+	}, []string{"kind"})
 	m.unlisted = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: "backfill", Name: "unlisted_removed_total",
 		Help: "Stored records and follows deleted because a PDS listing showed them gone (deleted while the stream could not tell us, as in a gap).",
@@ -102,7 +107,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: ns, Subsystem: "backfill", Name: "listed_edits_total",
 		Help: "Stored records a listing found edited since they were written, an edit the stream missed (a gap, or an account out of scope), whose body and CID it took.",
 	})
-	reg.MustRegister(m.rejections, m.droppedRecs, m.overLimitRecs, m.longCursors, m.unlisted, m.restored, m.edited)
+	reg.MustRegister(m.rejections, m.droppedRecs, m.overLimitRecs, m.longCursors, m.circles, m.unlisted, m.restored, m.edited)
 	reg.MustRegister(m.firstReads, m.firstReadTime, m.waitedOut, m.runs, m.runTime, m.pdsRequests, m.queue, m.dropped)
 	return m
 }
@@ -182,6 +187,12 @@ func (m *Metrics) reconciled(removed, restored, edited int) {
 	m.unlisted.Add(float64(removed))
 	m.restored.Add(float64(restored))
 	m.edited.Add(float64(edited))
+}
+
+func (m *Metrics) pagedInCircles(kind string) {
+	if m != nil {
+		m.circles.WithLabelValues(kind).Inc()
+	}
 }
 
 func (m *Metrics) cursorTooLong() {

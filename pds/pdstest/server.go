@@ -59,6 +59,9 @@ const (
 	// FaultOverLimit lists up to twice the records asked for, its cursor
 	// after the limit-th, as a PDS that ignores the limit.
 	FaultOverLimit
+	// FaultCircleCursor pages in circles: every page is the first page,
+	// its cursor "A", or "B" when the request sent "A".
+	FaultCircleCursor
 )
 
 // Delay is how long a FaultDelayed answer waits.
@@ -302,7 +305,7 @@ func (s *Server) listRecords(w http.ResponseWriter, r *http.Request) {
 		most = 2 * limit
 	}
 	for _, rk := range rkeys {
-		if cursor != "" && ((!reverse && rk.String() >= cursor) || (reverse && rk.String() <= cursor)) {
+		if cursor != "" && f != FaultCircleCursor && ((!reverse && rk.String() >= cursor) || (reverse && rk.String() <= cursor)) {
 			continue
 		}
 		if len(items) == most {
@@ -321,6 +324,12 @@ func (s *Server) listRecords(w http.ResponseWriter, r *http.Request) {
 	}
 	if f == FaultRepeatCursor && cursor != "" {
 		next = cursor
+	}
+	if f == FaultCircleCursor {
+		next = "A"
+		if cursor == "A" {
+			next = "B"
+		}
 	}
 	body := []byte(`{"records":[`)
 	body = append(body, bytes.Join(items, []byte(","))...)
