@@ -142,6 +142,18 @@ func (a *AccountStatus) storedSeq() int64 {
 // way loses its claim, so it cannot complete with the follows the
 // deletion removed.
 func (w *txWriter) rebuildRestored(id int64) error {
+	// The deletion's tombstones go: the restored repository holds those
+	// records and follows again. Kept, they blocked a listing fetched
+	// within minutes of the deletion, which speaks as of 5 minutes before
+	// its fetch (listedOver), and the account's posts and follows never
+	// came back (a review). Stream deletes, and deletes a listing
+	// inferred before the deletion, stay.
+	if _, err := w.tx.ExecContext(w.ctx, `
+		DELETE FROM tombstones WHERE actor_id = ?1
+		AND deleted_us = (SELECT deleted_us FROM actors WHERE id = ?1 AND deleted_us > 0)
+		AND substr(rev, -length(?2)) = ?2`, id, unlistedSuffix); err != nil {
+		return fmt.Errorf("clear restored account's deletion tombstones: %w", err)
+	}
 	for followCollID := range w.s.lanesByFollow {
 		if err := w.wantListings(id, followCollID); err != nil {
 			return err
@@ -180,11 +192,14 @@ func (w *txWriter) deleteAccount(id, timeUS int64) error {
 		`DELETE FROM feed_items WHERE viewer_id = ?`,
 		`DELETE FROM follows WHERE actor_id = ?`,
 		`DELETE FROM listings WHERE actor_id = ?`,
-		`UPDATE actors SET handle = NULL, deleted = 1, deletions = deletions + 1 WHERE id = ?`,
 	} {
 		if _, err := w.tx.ExecContext(w.ctx, q, id); err != nil {
 			return fmt.Errorf("delete account data: %w", err)
 		}
+	}
+	if _, err := w.tx.ExecContext(w.ctx, `UPDATE actors SET handle = NULL, deleted = 1, deletions = deletions + 1, deleted_us = ?2
+		WHERE id = ?1`, id, timeUS); err != nil {
+		return fmt.Errorf("mark account deleted: %w", err)
 	}
 	// Dropped as when it leaves the scope, so a profile fetch begun before
 	// the deletion does not store what it read
@@ -208,7 +223,9 @@ func (w *txWriter) deleteAccount(id, timeUS int64) error {
 // an account restored later carry newer revisions and are stored. The
 // revisions end in unlistedSuffix, as a listing's inferred deletes do: a
 // listing of the restored account fetched after the deletion may clear
-// them (listedOver), where a stream delete would block it.
+// them (listedOver), where a stream delete would block it. Their
+// deleted_us is the deletion's time_us, stored as actors.deleted_us, and
+// the account's reactivation clears them (rebuildRestored).
 func (w *txWriter) buryAccount(actorID, timeUS int64) error {
 	var deletedRev string
 	if timeUS > 0 {

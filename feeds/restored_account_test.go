@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/bluesky-social/indigo/atproto/syntax"
 )
 
 // A deleted account that comes back is rebuilt: its deletion removed its
@@ -77,5 +79,56 @@ func TestARestoredAccountIsListedAndRebuilt(t *testing.T) {
 	}
 	if _, complete, err := s.StoredViewer(ctx, did("v1"), "following"); err != nil || !complete {
 		t.Errorf("v1 after a deactivation and back: complete %v (%v), want it left complete", complete, err)
+	}
+}
+
+// A deleted account restored within minutes of its deletion gets its
+// records and follows back from its listings. The deletion's tombstones
+// (buryAccount) outranked any listing fetched within 5 minutes of it (a
+// listing speaks as of 5 minutes before its fetch), and the listing run
+// at once after the reactivation found every record "existing" behind
+// them and completed: the posts never came back (a review). The
+// reactivation now clears the deletion's tombstones; a record the stream
+// deleted before the account's deletion stays deleted.
+func TestAnAccountRestoredSoonAfterItsDeletionIsListedAgain(t *testing.T) {
+	s := openViewerMode(t)
+	ctx := context.Background()
+	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) (int64, string) {
+		us := t0.Add(d).UnixMicro()
+		return us, syntax.NewTID(us, 0).String()
+	}
+	register(t, s, "v1", "following")
+	f := follow("v1", "dave", "3lfollowaaaa2", 1)
+	f.TimeUS, f.Rev = at(0)
+	kept, gone, unposted := post("dave", "3lpostaaaaaa2", 2), post("dave", "3lpostbbbbbb2", 3), unpost("dave", "3lpostbbbbbb2", 4)
+	kept.TimeUS, kept.Rev = at(time.Second)
+	gone.TimeUS, gone.Rev = at(2 * time.Second)
+	unposted.TimeUS, unposted.Rev = at(3 * time.Second)
+	apply(t, s, f, kept, gone, unposted)
+	for _, a := range []AccountStatus{
+		{DID: did("dave"), Status: "deleted", TimeUS: t0.Add(10 * time.Second).UnixMicro()},
+		{DID: did("dave"), Active: true, TimeUS: t0.Add(30 * time.Second).UnixMicro()},
+	} {
+		if _, err := s.ApplyBatch(ctx, &Batch{Accounts: []AccountStatus{a}, Cursor: StreamCursor{TimeUS: a.TimeUS}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Its PDS, a minute after the restore, lists both posts (the one the
+	// stream deleted as a stale copy would).
+	fetched := t0.Add(90 * time.Second)
+	l, err := s.ReadListing(ctx, did("dave"), postNSID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("dave"), Collection: postNSID,
+		Records: listed("3lpostaaaaaa2", "3lpostbbbbbb2"),
+		To:      Listing{Host: "https://pds.test", Round: l.Round, Page: 1, Complete: true, Fetched: 2, Deletions: l.Deletions}, FetchedAt: fetched}, fetched)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := storedRKeys(t, s, "records"); !slices.Equal(got, []string{"3lpostaaaaaa2"}) {
+		t.Fatalf("records %v after the listing (%+v), want the restored post alone: the one deleted on the stream stays deleted", got, res)
 	}
 }
