@@ -29,8 +29,9 @@ func TestResolveHandleNetwork(t *testing.T) {
 	plc.Add(bob, "web.example.com", pds2)
 
 	txt := map[string][]string{
-		"_atproto.dns.example.com": {"v=spf1 -all", "did=" + alice.String()},
-		"_atproto.bad.example.com": {"did=not-a-did"},
+		// Rooted names: a relative one is also tried under the search domains.
+		"_atproto.dns.example.com.": {"v=spf1 -all", "did=" + alice.String()},
+		"_atproto.bad.example.com.": {"did=not-a-did"},
 	}
 	wellKnown := map[string]string{
 		"web.example.com":  "\n" + bob.String() + "\n",
@@ -56,7 +57,7 @@ func TestResolveHandleNetwork(t *testing.T) {
 		if r, ok := txt[name]; ok {
 			return r, nil
 		}
-		if name == "_atproto.flaky.example.com" {
+		if name == "_atproto.flaky.example.com." {
 			return nil, &net.DNSError{Err: "server misbehaving", Name: name, IsTemporary: true}
 		}
 		return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
@@ -166,7 +167,7 @@ func TestLookupsInFlightAreBounded(t *testing.T) {
 	d := New(Config{PLCURL: plc.URL(), MaxFetches: 1,
 		HTTPClient: egress.NewClient(egress.Options{AllowPrivateNetworks: true, Timeout: 5 * time.Second})})
 	d.lookupTXT = func(ctx context.Context, name string) ([]string, error) {
-		if name == "_atproto.slow.example.com" {
+		if name == "_atproto.slow.example.com." {
 			started <- struct{}{}
 			<-release
 			return []string{"did=" + alice.String()}, nil

@@ -103,7 +103,11 @@ func (d *Directory) resolveHandleNetwork(ctx context.Context, handle syntax.Hand
 }
 
 func (d *Directory) resolveHandleDNS(ctx context.Context, handle syntax.Handle) (syntax.DID, error) {
-	records, err := d.lookupTXT(ctx, "_atproto."+handle.String())
+	// Rooted (the trailing dot): a relative name is also looked up under
+	// the resolver's search domains, first when it has fewer dots than
+	// ndots (5 on Kubernetes), so a TXT record there (a wildcard) would
+	// answer for every handle, and each lookup cost several queries.
+	records, err := d.lookupTXT(ctx, "_atproto."+handle.String()+".")
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
 		return "", fmt.Errorf("%w: no TXT record", ErrNotFound)
