@@ -11,9 +11,12 @@ package feeds
 // a new follow is seen at once. An entry goes when its author is seen
 // leaving scope (leaveScopeIfUnfollowed), which every path that removes
 // follows checks for each account it unfollowed: an unfollow, a retired
-// viewer, a deleted account. A stale entry could only let in the records
-// of an author nobody follows any more, which the scope check exists to
-// save room on, never lose a record that belongs in a feed.
+// viewer, a deleted account. Another process's commit empties it
+// (noticeOtherWriters): an operator's command may have taken an author's
+// last follow, and a stale entry then both let in the records of an
+// author nobody follows and, worse, kept a new follow of it from seeing
+// it enter scope again, so its listings were never wanted and its
+// backlog could be lost (a review).
 //
 // It is the writer's state, guarded by writeMu. A transaction's new
 // entries are published when it commits (as actor ids are), so a

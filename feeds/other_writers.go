@@ -31,9 +31,9 @@ type rowQuerier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// noticeOtherWriters empties the record cache, and tells the sweep to read
-// the grown queue again, when another connection committed since the last
-// call. The caller holds writeMu.
+// noticeOtherWriters empties the record cache and the followed authors,
+// and tells the sweep to read the grown queue again, when another
+// connection committed since the last call. The caller holds writeMu.
 func (s *Store) noticeOtherWriters(ctx context.Context, q rowQuerier) error {
 	var v int64
 	if err := q.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v); err != nil {
@@ -44,6 +44,11 @@ func (s *Store) noticeOtherWriters(ctx context.Context, q rowQuerier) error {
 	changed := s.dataVersionConn != 0 && (conn != s.dataVersionConn || v != s.dataVersion)
 	if changed {
 		s.sweep.othersCommitted = true
+		// Another process may have taken an author's last follow (an
+		// operator's backfill whose listing found it deleted): the
+		// author left scope in the file, and a follow here must see it
+		// enter again and want its listings (enteredScope).
+		clear(s.followed)
 	}
 	if changed && s.recordCache != nil {
 		s.recordCache.forgetAll()
