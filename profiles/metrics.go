@@ -11,6 +11,7 @@ const (
 	outcomeHandleOnly      outcome = "handle_only"      // only the handle was missing, and was verified
 	outcomeHandleUnchecked outcome = "handle_unchecked" // only the handle was missing, and could not be checked for now
 	outcomeIdentityError   outcome = "identity_error"   // the DID did not resolve
+	outcomeIdentityBusy    outcome = "identity_busy"    // not fetched: the directory was paused or had too many lookups in flight
 	outcomePDSError        outcome = "pds_error"        // the PDS failed, refused or timed out
 	outcomeInvalidRecord   outcome = "invalid_record"   // the PDS sent something that is not a profile
 	outcomeQueueFull       outcome = "queue_full"       // not fetched: the queue was full
@@ -21,7 +22,7 @@ const (
 )
 
 var outcomes = []outcome{outcomeStored, outcomeAbsent, outcomeHandleOnly, outcomeHandleUnchecked, outcomeIdentityError,
-	outcomePDSError, outcomeInvalidRecord, outcomeQueueFull, outcomeHostPaused}
+	outcomeIdentityBusy, outcomePDSError, outcomeInvalidRecord, outcomeQueueFull, outcomeHostPaused}
 
 // failed outcomes hold the account back: for RetryAfter, or until its
 // host's pause ends (outcomeHostPaused, and the pds_error of the request

@@ -431,12 +431,15 @@ func (s *Service) processOne(ctx context.Context, w *worker, j *job) (woken []*j
 	// so every read would queue it again: it is held back like a failure
 	// (TestAHandleThatCouldNotBeCheckedIsHeldBack).
 	failed := outcome.failed() || !fp.HandleResolved
-	if outcome == outcomeQueueFull {
+	if outcome == outcomeQueueFull || outcome == outcomeIdentityBusy {
 		// Dropped behind its host's parked jobs, like a full queue's: it
 		// stores nothing and is not held back, so a later read asks
 		// again; a write here would be repeated at each read for as long
 		// as the host's slots stay taken
-		// (TestAJobDroppedBehindAHangingPDSWritesNothing).
+		// (TestAJobDroppedBehindAHangingPDSWritesNothing). The same for
+		// a directory that did not ask (paused, or too many lookups in
+		// flight): our load, which says nothing of the account, used to
+		// hide its profile for RetryAfter.
 		failed = false
 	} else if fp.HandleResolved || fp.RecordFetched {
 		// The write gets its own time: a fetch that used all of its
@@ -487,6 +490,9 @@ func (s *Service) fetch(ctx context.Context, w *worker, j *job, woken *[]*job) (
 	ident, err := s.resolver.LookupDIDWithHandle(ctx, j.did)
 	if err != nil {
 		s.log.Debug("resolve for profile", "did", j.did, "err", err)
+		if errors.Is(err, directory.ErrBusy) {
+			return fp, outcomeIdentityBusy
+		}
 		return fp, outcomeIdentityError
 	}
 	// A handle that could not be checked for now is not stored as

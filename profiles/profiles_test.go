@@ -755,3 +755,28 @@ func TestAHangingPDSDoesNotFillASmallQueue(t *testing.T) {
 			testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("queue_full")))
 	}
 }
+
+// A directory that did not ask (its PLC paused us with a 429, or too many
+// lookups were in flight) says nothing about the account: the fetch
+// stores nothing and is not held back, so the next read after the pause
+// fetches the profile. It was counted an identity error and held back
+// for RetryAfter, so our own load hid profiles for minutes (a review).
+func TestABusyDirectoryDoesNotHoldAProfileBack(t *testing.T) {
+	w := newWorld(t, Config{Wait: 5 * time.Second, RetryAfter: time.Hour}, "carol")
+	w.profileRecord("carol", "Carol")
+	w.plc.LimitDocuments(1, "5")
+
+	if ps, _ := w.hydrate(t, "carol"); ps[0].Known {
+		t.Fatalf("with the PLC limiting us: %+v", ps[0])
+	}
+	if got := testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("identity_busy")); got != 1 {
+		t.Errorf("identity_busy fetches = %v, want 1", got)
+	}
+	w.clock.Advance(5 * time.Second) // the pause's end, not the hour of a failure's hold-back
+	if ps, _ := w.hydrate(t, "carol"); ps[0].Fields.DisplayName != "Carol" {
+		t.Fatalf("after the pause: %+v, want carol's profile", ps[0])
+	}
+	if got := testutil.ToFloat64(w.svc.metrics.fetches.WithLabelValues("identity_error")); got != 0 {
+		t.Errorf("identity_error fetches = %v, want 0", got)
+	}
+}
