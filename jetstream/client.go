@@ -17,12 +17,13 @@ import (
 // DefaultRewind is the rewind of a Config that leaves it zero or negative.
 const DefaultRewind = 5 * time.Second
 
+// MaxMaxFrameBytes bounds Config.MaxFrameBytes: a frame is buffered whole
+// up to it, and an event is a few hundred bytes (a record at most a few
+// KiB).
+const MaxMaxFrameBytes = 64 << 20
+
 const (
 	defaultMaxFrameBytes = 1 << 20
-	// MaxMaxFrameBytes bounds MaxFrameBytes: a frame is buffered whole
-	// up to it, and an event is a few hundred bytes (a record at most a
-	// few KiB).
-	MaxMaxFrameBytes = 64 << 20
 	defaultReadTimeout   = 60 * time.Second
 	defaultMinBackoff    = 250 * time.Millisecond
 	defaultMaxBackoff    = 30 * time.Second
