@@ -253,7 +253,17 @@ func (s *Service) Hydrate(ctx context.Context, dids []syntax.DID) ([]feeds.Profi
 	if len(arrived) == 0 {
 		return out, nil
 	}
-	again, err := s.store.Profiles(ctx, arrived)
+	// The caller's context may have ended the wait (getFeed's deadline):
+	// what arrived is read all the same, under a short bound of its own,
+	// or a page whose profiles were ready would fail for its last
+	// milliseconds (a review).
+	rctx := ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), arrivedReadTimeout)
+		defer cancel()
+	}
+	again, err := s.store.Profiles(rctx, arrived)
 	if err != nil {
 		return nil, err
 	}
@@ -267,6 +277,11 @@ func (s *Service) Hydrate(ctx context.Context, dids []syntax.DID) ([]feeds.Profi
 	}
 	return out, nil
 }
+
+// arrivedReadTimeout bounds Hydrate's read of the profiles that arrived
+// once the caller's context has ended: a read of at most a page's
+// accounts from the store.
+const arrivedReadTimeout = 250 * time.Millisecond
 
 // maxFailed bounds the accounts remembered as failed; past it the
 // expired ones are forgotten, and if that is not enough, all of them.

@@ -780,3 +780,23 @@ func TestABusyDirectoryDoesNotHoldAProfileBack(t *testing.T) {
 		t.Errorf("identity_error fetches = %v, want 0", got)
 	}
 }
+
+// A caller whose context ends during the wait (getFeed's deadline) still
+// gets the profiles that arrived: they were read again from the store
+// under that ended context, which failed the whole hydration, and
+// getFeed answered 503 for a page that was ready (a review).
+func TestProfilesThatArrivedAreAnsweredWhenTheCallersContextEnds(t *testing.T) {
+	w := newWorld(t, Config{Wait: 2 * time.Second, FetchTimeout: 6 * time.Second}, "carol")
+	w.profileRecord("carol", "Carol")
+	var asked atomic.Int32
+	slow := hangingPage(t, w, "slow", 1, &asked)
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	ps, err := w.svc.Hydrate(ctx, []syntax.DID{did("carol"), did(slow[0])})
+	if err != nil {
+		t.Fatalf("hydrate: %v", err)
+	}
+	if ps[0].Fields.DisplayName != "Carol" || ps[1].Known {
+		t.Fatalf("profiles %+v, want carol's, and the hanging account's missing", ps)
+	}
+}
