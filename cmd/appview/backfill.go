@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/bluesky-social/indigo/atproto/syntax"
 	"io"
 	"time"
 
@@ -45,6 +46,12 @@ func backfillCmd(ctx context.Context, args, environ []string, stdout, stderr io.
 		for _, f := range cfg.Feeds {
 			names = append(names, f.Name)
 		}
+	}
+	// Checked before the store opens, which creates a missing file: a
+	// typo must leave nothing behind (a review found an empty database
+	// left in the directory, which later commands then read as empty).
+	if _, err := syntax.ParseAtIdentifier(*actor); err != nil {
+		return fmt.Errorf("backfill: actor %q: not a DID or handle", *actor)
 	}
 	store, log, err := openLogged(ctx, cfg, stderr, true)
 	if err != nil {

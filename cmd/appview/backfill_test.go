@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -198,5 +199,20 @@ func TestBackfillRejectsBadInput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want an error containing %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// A mistyped actor leaves no database behind: backfill creates a missing
+// file (a first read by hand may be the first thing run on it), and a
+// typo in a directory with none used to leave an empty one, which later
+// commands then read as an empty store instead of saying there is none.
+func TestABackfillOfAMistypedActorCreatesNothing(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	env := []string{"APPVIEW_DATABASE_PATH=" + path}
+	if _, _, err := runCmd(t, env, "backfill", "--actor", "not a handle!"); err == nil || !strings.Contains(err.Error(), "not a DID or handle") {
+		t.Fatalf("backfill of a mistyped actor: %v", err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Fatalf("a backfill of a mistyped actor created %s", path)
 	}
 }
