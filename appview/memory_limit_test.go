@@ -84,9 +84,11 @@ func TestAGoMemoryLimitBelowTheRecordCacheIsRefused(t *testing.T) {
 	}{
 		{limit: 0, recordCache: 32, ok: true},
 		{limit: -1, recordCache: 32, ok: true},
-		{limit: 128, recordCache: 32, ok: true},
-		{limit: 127, recordCache: 32, ok: false},
+		{limit: 64, recordCache: 32, ok: true},
+		{limit: 63, recordCache: 32, ok: false},
+		{limit: 1024, recordCache: 512, ok: true},
 		{limit: 64, recordCache: 0, ok: true},
+		{limit: 63, recordCache: 0, ok: false},
 		// Below the rest of the heap (a review measured eight times the
 		// collections at 1 MiB with no record cache).
 		{limit: 1, recordCache: 0, ok: false},
