@@ -4,11 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/bluesky-social/indigo/atproto/syntax"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/pds/pdstest"
 )
 
@@ -51,13 +49,6 @@ func TestAListingThatPagesInCirclesEnds(t *testing.T) {
 // is no such sign: new keys in any order, or a page of records all
 // dropped under a new cursor.
 func TestPageCycle(t *testing.T) {
-	recs := func(keys ...string) []feeds.ListedRecord {
-		var out []feeds.ListedRecord
-		for _, k := range keys {
-			out = append(out, feeds.ListedRecord{RKey: syntax.RecordKey(k)})
-		}
-		return out
-	}
 	for _, tc := range []struct {
 		name  string
 		pages []struct {

@@ -214,14 +214,16 @@ func listedFollows(t *testing.T, w *world, n int) (syntax.DID, []string) {
 	return viewer, keys
 }
 
-func TestPageSpan(t *testing.T) {
-	recs := func(keys ...string) []feeds.ListedRecord {
-		var out []feeds.ListedRecord
-		for _, k := range keys {
-			out = append(out, feeds.ListedRecord{RKey: syntax.RecordKey(k)})
-		}
-		return out
+// recs is listed records with the given keys and nothing else.
+func recs(keys ...string) []feeds.ListedRecord {
+	var out []feeds.ListedRecord
+	for _, k := range keys {
+		out = append(out, feeds.ListedRecord{RKey: syntax.RecordKey(k)})
 	}
+	return out
+}
+
+func TestPageSpan(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		records    []feeds.ListedRecord
