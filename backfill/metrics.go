@@ -28,6 +28,10 @@ type Metrics struct {
 	lastReadCount *prometheus.CounterVec
 }
 
+// listingKinds are the kind label's values: a viewer's follows, or a
+// followed account's target records.
+var listingKinds = []string{"follows", "targets"}
+
 // NewMetrics registers the backfill metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	const ns = "appview"
@@ -107,6 +111,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: ns, Subsystem: "backfill", Name: "listed_edits_total",
 		Help: "Stored records a listing found edited since they were written, an edit the stream missed (a gap, or an account out of scope), whose body and CID it took.",
 	})
+	// The kind-labelled counters are shown at 0 from the start, so that a
+	// rate() or an alert over them has a series before the first hostile PDS.
+	for _, kind := range listingKinds {
+		m.droppedRecs.WithLabelValues(kind)
+		m.overLimitRecs.WithLabelValues(kind)
+		m.circles.WithLabelValues(kind)
+	}
 	reg.MustRegister(m.rejections, m.droppedRecs, m.overLimitRecs, m.longCursors, m.circles, m.unlisted, m.restored, m.edited)
 	reg.MustRegister(m.firstReads, m.firstReadTime, m.waitedOut, m.runs, m.runTime, m.pdsRequests, m.queue, m.dropped)
 	return m
