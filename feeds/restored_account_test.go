@@ -2,6 +2,7 @@ package feeds
 
 import (
 	"context"
+	"database/sql"
 	"slices"
 	"testing"
 	"time"
@@ -130,5 +131,67 @@ func TestAnAccountRestoredSoonAfterItsDeletionIsListedAgain(t *testing.T) {
 	}
 	if got := storedRKeys(t, s, "records"); !slices.Equal(got, []string{"3lpostaaaaaa2"}) {
 		t.Fatalf("records %v after the listing (%+v), want the restored post alone: the one deleted on the stream stays deleted", got, res)
+	}
+}
+
+// An account deleted before schema 0019 had deleted_us = 0, and its
+// reactivation cleared none of the deletion's tombstones (left as found
+// by the thirty-second session). Migration 0020 takes the deletion's time
+// from its tombstones, so such an account restored after the upgrade gets
+// its posts back from a listing like any other.
+func TestAnAccountDeletedBeforeTheUpgradeIsListedAgainWhenRestored(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	ctx := context.Background()
+	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	s, err := Open(ctx, Options{Path: path, Feeds: defaultFeeds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(t, s, "v1", "following")
+	f, p := follow("v1", "dave", "3lfollowaaaa2", 1), post("dave", "3lpostaaaaaa2", 2)
+	f.TimeUS, f.Rev = t0.UnixMicro(), syntax.NewTID(t0.UnixMicro(), 0).String()
+	p.TimeUS, p.Rev = t0.Add(time.Second).UnixMicro(), syntax.NewTID(t0.Add(time.Second).UnixMicro(), 0).String()
+	apply(t, s, f, p)
+	deleted := t0.Add(10 * time.Second).UnixMicro()
+	if _, err := s.ApplyBatch(ctx, &Batch{Accounts: []AccountStatus{{DID: did("dave"), Status: "deleted", TimeUS: deleted}},
+		Cursor: StreamCursor{TimeUS: deleted}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// As a build before 0019 left it: the column unset, the version 19.
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`UPDATE actors SET deleted_us = 0`, `PRAGMA user_version = 19`} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = mustOpenWith(t, Options{Path: path, Feeds: defaultFeeds})
+	restored := t0.Add(30 * time.Second).UnixMicro()
+	if _, err := s.ApplyBatch(ctx, &Batch{Accounts: []AccountStatus{{DID: did("dave"), Active: true, TimeUS: restored}},
+		Cursor: StreamCursor{TimeUS: restored}}); err != nil {
+		t.Fatal(err)
+	}
+	fetched := t0.Add(90 * time.Second)
+	l, err := s.ReadListing(ctx, did("dave"), postNSID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ApplyListingPage(ctx, &ListingPage{Account: did("dave"), Collection: postNSID,
+		Records: listed("3lpostaaaaaa2"),
+		To:      Listing{Host: "https://pds.test", Round: l.Round, Page: 1, Complete: true, Fetched: 1, Deletions: l.Deletions}, FetchedAt: fetched}, fetched); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedRKeys(t, s, "records"); !slices.Equal(got, []string{"3lpostaaaaaa2"}) {
+		t.Fatalf("records %v after the restored account's listing, want its post back", got)
 	}
 }
