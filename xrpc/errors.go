@@ -29,6 +29,14 @@ func invalidRequest(message string) *Error {
 	return &Error{Status: http.StatusBadRequest, Name: "InvalidRequest", Message: message}
 }
 
+// notEnoughResources answers a request refused for load, or while the
+// daemon stops: 503 NotEnoughResources with the seconds to wait in
+// Retry-After, so that clients back off and ask again rather than fail.
+func notEnoughResources(c echo.Context, retryAfter, message string) *Error {
+	c.Response().Header().Set("Retry-After", retryAfter)
+	return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: message + "; retry later"}
+}
+
 // errInternal is what a client sees for anything that went wrong on our
 // side; the details go to the log only.
 var errInternal = &Error{

@@ -378,8 +378,7 @@ func (s *Server) outOfTime(c echo.Context, ctx context.Context, what string, err
 		return nil
 	}
 	s.logger.Debug(what+": out of time", "err", err)
-	c.Response().Header().Set("Retry-After", "1")
-	return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: "the server is too busy to read this feed in time; retry later"}
+	return notEnoughResources(c, "1", "the server is too busy to read this feed in time")
 }
 
 // firstReadError answers a first read refused for load with 429 (this
@@ -391,8 +390,7 @@ func (s *Server) outOfTime(c echo.Context, ctx context.Context, what string, err
 // our own failure.
 func (s *Server) firstReadError(c echo.Context, err error, outOfTime bool) error {
 	if errors.Is(err, backfill.ErrStopping) {
-		c.Response().Header().Set("Retry-After", "5")
-		return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: "the server is stopping; retry later"}
+		return notEnoughResources(c, "5", "the server is stopping")
 	}
 	if errors.Is(err, feeds.ErrWriteBusy) {
 		// The viewer's registration (or another write of its first read)
@@ -400,21 +398,20 @@ func (s *Server) firstReadError(c echo.Context, err error, outOfTime bool) error
 		// lock, an operator command's: nothing is broken, and the read
 		// may be asked again, as notifyOfUpdate answers the same wait.
 		s.logger.Warn("first read: the write lock is held by another process", "err", err)
-		c.Response().Header().Set("Retry-After", "1")
-		return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: "the database is busy; retry later"}
+		return notEnoughResources(c, "1", "the database is busy")
 	}
 	var rej *backfill.RejectedError
 	if !errors.As(err, &rej) {
 		if outOfTime && c.Request().Context().Err() == nil {
 			s.logger.Warn("first read: not registered within the request's time", "err", err)
-			c.Response().Header().Set("Retry-After", "1")
-			return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: "the database is busy; retry later"}
+			return notEnoughResources(c, "1", "the database is busy")
 		}
 		return s.failed(c, "first read", err)
 	}
-	c.Response().Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(rej.RetryAfter.Seconds()))))
+	wait := strconv.Itoa(int(math.Ceil(rej.RetryAfter.Seconds())))
 	if errors.Is(err, backfill.ErrRateLimited) {
+		c.Response().Header().Set("Retry-After", wait)
 		return &Error{Status: http.StatusTooManyRequests, Name: "RateLimitExceeded", Message: "too many new viewers from this client; retry later"}
 	}
-	return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: "too many first reads in progress; retry later"}
+	return notEnoughResources(c, wait, "too many first reads in progress")
 }

@@ -138,8 +138,7 @@ func (m *notifyMethod) serve(c echo.Context) error {
 	}
 	res, err := m.notifier.NotifyOfUpdate(r.Context(), uris)
 	if errors.Is(err, ErrNotifyBusy) {
-		c.Response().Header().Set("Retry-After", "1")
-		return &Error{Status: http.StatusServiceUnavailable, Name: "NotEnoughResources", Message: "the database is busy; retry later"}
+		return notEnoughResources(c, "1", "the database is busy")
 	}
 	if err != nil {
 		return fmt.Errorf("notifyOfUpdate: %w", err)
