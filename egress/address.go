@@ -48,6 +48,13 @@ var ranges = []struct {
 	{netip.MustParsePrefix("198.51.100.0/24"), "documentation (TEST-NET-2)"},
 	{netip.MustParsePrefix("203.0.113.0/24"), "documentation (TEST-NET-3)"},
 	{netip.MustParsePrefix("2001:db8::/32"), "documentation"},
+	// The second IPv6 documentation prefix (RFC 9637), the discard-only
+	// prefix (RFC 6666) and the benchmarking one (RFC 5180): never
+	// publicly routed, and reused by private networks as 2001:db8::/32 is
+	// (a review found them let through).
+	{netip.MustParsePrefix("3fff::/20"), "documentation"},
+	{netip.MustParsePrefix("100::/64"), "discard-only"},
+	{netip.MustParsePrefix("2001:2::/48"), "benchmarking"},
 	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
 	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"}, // includes 255.255.255.255
 	{netip.MustParsePrefix("::/128"), "unspecified"},

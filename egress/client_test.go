@@ -249,6 +249,13 @@ func TestCheckAddr(t *testing.T) {
 		"::ffff:0:a00:1":         "private",
 		"::ffff:0:808:808":       "",
 		"2001:0:4136:e378::1":    "Teredo",
+		"2001:db8::1":            "documentation",
+		"3fff::1":                "documentation",
+		"3fff:fff:ffff::1":       "documentation",
+		"100::1":                 "discard-only",
+		"2001:2::1":              "benchmarking",
+		"3fff:1000::1":           "", // past 3fff::/20
+		"2001:3::1":              "",
 		"8.8.8.8":                "",
 		"172.32.0.1":             "",
 		"100.128.0.1":            "",
