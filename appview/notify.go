@@ -296,7 +296,10 @@ func (n *notifier) fetch(ctx context.Context, it *notifyItem, sem chan struct{})
 		}
 	case pds.KindNotFound:
 		return nil // a delete
-	case pds.KindRepoGone:
+	case pds.KindRepoGone, pds.KindForbidden:
+		// Forbidden: the endpoint's name resolved to an address the
+		// egress guard refuses, which asking again will not change, as
+		// a document naming a forbidden PDS outright (above).
 		return fail(xrpc.NotifyErrAccountNotFound, err.Error())
 	case pds.KindBadResponse:
 		return fail(xrpc.NotifyErrInvalidRecord, err.Error())
