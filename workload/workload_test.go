@@ -3,6 +3,7 @@ package workload
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"io"
 	"math"
@@ -356,5 +357,48 @@ func TestValidate(t *testing.T) {
 	}
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("default config: %v", err)
+	}
+}
+
+// TestStreamFollowsAreMostlyNewFollowees: a follow create of an account
+// the viewer already follows adds no followee; a third of them did, so the
+// mix's follow creates exercised the new-followee path much less than
+// their share says (a review).
+func TestStreamFollowsAreMostlyNewFollowees(t *testing.T) {
+	w := mustNew(t, smallConfig())
+	byDID := map[string]int32{}
+	for i := range w.Config().Accounts {
+		byDID[AccountDID(i)] = int32(i)
+	}
+	st := w.Stream()
+	var creates, repeats int
+	var followees []int32
+	for range 200_000 {
+		f := st.Next()
+		if f.Kind != KindFollowCreate {
+			continue
+		}
+		var ev struct {
+			DID    string `json:"did"`
+			Commit struct {
+				Record struct {
+					Subject string `json:"subject"`
+				} `json:"record"`
+			} `json:"commit"`
+		}
+		if err := json.Unmarshal(f.Data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		followees = w.Followees(int(byDID[ev.DID]), followees)
+		creates++
+		if containsInt32(followees, byDID[ev.Commit.Record.Subject]) {
+			repeats++
+		}
+	}
+	if creates < 1000 {
+		t.Fatalf("only %d follow creates in the stream", creates)
+	}
+	if share := float64(repeats) / float64(creates); share > 0.02 {
+		t.Errorf("%d of %d follow creates (%.1f%%) follow an account the seed graph already has", repeats, creates, 100*share)
 	}
 }
