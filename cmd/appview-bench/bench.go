@@ -108,7 +108,8 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	defer b.shutdown()
-	if _, err := b.ingestPhase(ctx); err != nil {
+	ingest, err := b.ingestPhase(ctx)
+	if err != nil {
 		return err
 	}
 	if err := b.reportStorage(ctx); err != nil {
@@ -119,7 +120,11 @@ func (b *bench) run(ctx context.Context) error {
 			return err
 		}
 	}
-	fmt.Fprintf(b.out, "\npeak RSS of the whole run (VmHWM since the seed phase ended): %.0f MiB\n", float64(procStatus("VmHWM"))/(1<<20))
+	since := "since the seed phase ended"
+	if ingest.peakNotReset != nil {
+		since = "the seed phase included"
+	}
+	fmt.Fprintf(b.out, "\npeak RSS of the whole run (VmHWM %s): %.0f MiB\n", since, float64(procStatus("VmHWM"))/(1<<20))
 	return nil
 }
 

@@ -39,9 +39,19 @@ func procStatus(field string) int64 {
 }
 
 // resetPeakRSS starts VmHWM over from the current RSS (Linux ≥ 4.0), so
-// the peak of a phase does not include the one before.
-func resetPeakRSS() {
-	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+// the peak of a phase does not include the one before. It says so when
+// the reset did not happen (an older kernel, a restricted container), and
+// the peak printed then includes the phases before.
+func resetPeakRSS() error {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		return fmt.Errorf("peak RSS not reset: %w", err)
+	}
+	// Right after a reset the peak is the current RSS, give or take what
+	// the process touched between the two reads.
+	if hwm, rss := procStatus("VmHWM"), procStatus("VmRSS"); hwm == 0 || hwm > rss+16<<20 {
+		return fmt.Errorf("peak RSS not reset: VmHWM %d MiB against VmRSS %d MiB", hwm>>20, rss>>20)
+	}
+	return nil
 }
 
 // metrics is one scrape of the daemon's /metrics, keyed by the sample's
