@@ -135,6 +135,11 @@ type Client struct {
 	// lastSpan is the stream time between the oldest and the newest event
 	// the last session delivered; only Run's goroutine uses it.
 	lastSpan time.Duration
+	// numberingLost is a host and sequence number a session found that
+	// host no longer numbers as it did (errNumberingChanged): resumed
+	// from, that sequence is sent by time instead. Only Run's goroutine
+	// uses it.
+	numberingLost Position
 }
 
 // resumeFrom picks where a (re)connect to host starts, and how far to
@@ -361,6 +366,14 @@ func (c *Client) Run(ctx context.Context, resume func() Position, out chan<- Eve
 			default:
 			}
 			c.logger.Info("reconnecting from a reset cursor", "host", url)
+			continue
+		}
+		if errors.Is(err, errNumberingChanged) {
+			// Not the host's fault either, and the cure is known: redial
+			// at once, by time, from the same position.
+			c.m.numberingChanged()
+			c.logger.Warn("jetstream host numbers its events differently now (a new instance?); resuming by time", "host", url,
+				"seq", pos.Seq, "time_us", pos.TimeUS)
 			continue
 		}
 		if errors.Is(err, errSteppedAway) {

@@ -927,3 +927,49 @@ func TestAHugeMaxFrameBytesStillReadsFrames(t *testing.T) {
 		t.Errorf("dropped{%s} = %v, want 0", ReasonBadJSON, got)
 	}
 }
+
+// A session resumed by sequence number whose host numbers its events
+// differently now (a replaced instance counting from 0 again) ends before
+// it hands anything over, and the client resumes by time from the same
+// position, rewound as for a new host: where our number was past the new
+// instance's head it started us at its live tip, and the stream since the
+// position was skipped for good (a review of the cursor contract).
+func TestAHostThatRenumberedItsEventsIsResumedByTime(t *testing.T) {
+	const t0 int64 = 1795975616991124
+	frame := func(us, seq int64, rkey string) string {
+		return fmt.Sprintf(`{"did":"did:plc:kdmhsqjgb4mmrul5nxbat2xs","time_us":%d,"cursor":%d,"kind":"commit","commit":{"rev":"3ke6kg3wlch22","operation":"delete","collection":"app.bsky.feed.post","rkey":%q}}`, us, seq, rkey)
+	}
+	srv := newFakeServer(t, func(n int, conn *websocket.Conn) {
+		switch n {
+		case 0:
+			send(conn, frame(t0, 900000, "3kbbpidw2r7za")) // then an abrupt drop
+		case 1:
+			// The new instance, asked for 900000, starts at its tip.
+			if send(conn, frame(t0+60_000_000, 12, "3kbbpidw2r7zc")) {
+				holdOpen(conn)
+			}
+		default:
+			if send(conn, frame(t0+1_000_000, 7, "3kbbpidw2r7zb"), frame(t0+60_000_000, 12, "3kbbpidw2r7zc")) {
+				holdOpen(conn)
+			}
+		}
+	})
+	h := startClient(t, Config{URLs: []string{srv.url}, Rewind: time.Second}, fixed(Position{}), 10)
+	if ev := h.next(t); ev.Seq != 900000 {
+		t.Fatalf("first event %+v", ev)
+	}
+	if ev := h.next(t); ev.TimeUS != t0+1_000_000 {
+		t.Fatalf("after the renumbered host: event at %d (seq %d), want the one a second after the position, resumed by time", ev.TimeUS, ev.Seq)
+	}
+	dials := srv.dials()
+	if len(dials) != 3 || dials[1].Get("cursor") != "900000" {
+		t.Fatalf("dials %v, want a resume by sequence, then one by time", dials)
+	}
+	want := strconv.FormatInt(t0-h.client.hostChangeRewind().Microseconds(), 10)
+	if got := dials[2].Get("cursor"); got != want {
+		t.Errorf("resumed by time at cursor %s, want the position rewound as for a new host %s", got, want)
+	}
+	if got := testutil.ToFloat64(h.metrics.numbering); got != 1 {
+		t.Errorf("sequence_resumes_refused_total = %v, want 1", got)
+	}
+}

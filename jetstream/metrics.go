@@ -22,6 +22,7 @@ type Metrics struct {
 	reconnects prometheus.Counter
 	stepAways  prometheus.Counter
 	idle       prometheus.Counter
+	numbering  prometheus.Counter
 	dialErrors prometheus.Counter
 	connected  prometheus.Gauge
 	bytes      prometheus.Counter
@@ -55,6 +56,10 @@ func NewMetrics(reg prometheus.Registerer, collections []string) *Metrics {
 			Namespace: ns, Subsystem: sub, Name: "step_aways_total",
 			Help: "Sessions the client closed itself because the consumer's queue stayed full (a long catch-up batch); it redials once there is room.",
 		}),
+		numbering: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "sequence_resumes_refused_total",
+			Help: "Sessions resumed by sequence number whose first event showed the host numbering its events differently (a replaced instance); the client resumed by time instead.",
+		}),
 		idle: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "idle_timeouts_total",
 			Help: "Sessions ended because no event came for jetstream.idle_timeout (a stalled host); the client tries the next URL.",
@@ -80,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer, collections []string) *Metrics {
 			m.exact[c] = struct{}{}
 		}
 	}
-	reg.MustRegister(m.received, m.dropped, m.reconnects, m.stepAways, m.idle, m.dialErrors, m.connected, m.bytes)
+	reg.MustRegister(m.received, m.dropped, m.reconnects, m.stepAways, m.idle, m.numbering, m.dialErrors, m.connected, m.bytes)
 
 	// Create the expected series up front so dashboards see zeros rather
 	// than gaps before the first event.
@@ -147,6 +152,13 @@ func (m *Metrics) idleTimeout() {
 		return
 	}
 	m.idle.Inc()
+}
+
+func (m *Metrics) numberingChanged() {
+	if m == nil {
+		return
+	}
+	m.numbering.Inc()
 }
 
 func (m *Metrics) dialError() {

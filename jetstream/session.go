@@ -46,6 +46,16 @@ var errRestart = errors.New("restart requested")
 // client forever, the position still, and never let it fail over.
 var errOnlyJunk = errors.New("no valid frame within the read timeout")
 
+// errNumberingChanged ends a session resumed by sequence number whose
+// first event shows the host numbering its events differently: a number
+// below the one asked for (a v2 server replays from it inclusively), or
+// an event older than the position by more than any rewind. The instance
+// behind the URL was replaced and counts from elsewhere: where our number
+// was past its head it started at its live tip, silently skipping
+// everything since the position; below, it replayed an unrelated stretch.
+// The next session resumes by time (Client.numberingLost).
+var errNumberingChanged = errors.New("the host's sequence numbers no longer match the position")
+
 // errIdle ends a session that handed over no event for
 // Config.IdleTimeout, though pings kept its connection alive.
 var errIdle = errors.New("no event within the idle timeout")
@@ -105,6 +115,10 @@ type sessionResult struct {
 // or ctx ends.
 func (c *Client) session(ctx context.Context, host string, pos Position, rewind time.Duration, gen uint64, out chan<- Event) (sessionResult, error) {
 	var res sessionResult
+	if pos.Seq > 0 && c.numberingLost == (Position{Host: host, Seq: pos.Seq}) {
+		// Its time_us was stamped by the old instance's clock.
+		pos.Seq, rewind = 0, max(rewind, c.hostChangeRewind())
+	}
 	cursor := cursorFor(host, pos, rewind)
 	target, err := subscribeURL(host, c.cfg.WantedCollections, cursor)
 	if err != nil {
@@ -257,6 +271,12 @@ func (c *Client) session(ctx context.Context, host string, pos Position, rewind 
 			continue
 		}
 		junkSince = time.Time{}
+		if bySeq && res.delivered == 0 && ev.Seq > 0 &&
+			(ev.Seq < pos.Seq || ev.TimeUS < pos.TimeUS-c.hostChangeRewind().Microseconds()) {
+			c.numberingLost = Position{Host: host, Seq: pos.Seq}
+			endErr = errNumberingChanged
+			return res, endErr
+		}
 		c.m.eventReceived(&ev)
 
 		ev.Host = host
