@@ -48,6 +48,14 @@ func TestRecordsDroppedByAListingCutOffAreCounted(t *testing.T) {
 	if got := testutil.ToFloat64(w.svc.metrics.droppedRecs.WithLabelValues("follows")); got != 1 {
 		t.Errorf("appview_backfill_records_dropped_total{kind=follows} = %v after a run cut off past the record, want 1", got)
 	}
+	// The run itself is counted, and timed: left out, the slowest runs (a
+	// hanging PDS, cut off by RunTimeout) were missing (a review).
+	if got := testutil.ToFloat64(w.svc.metrics.runs.WithLabelValues("follows", "cut_off")); got != 1 {
+		t.Errorf("appview_backfill_runs_total{kind=follows,outcome=cut_off} = %v, want 1", got)
+	}
+	if got := testutil.CollectAndCount(w.svc.metrics.runTime); got != 1 {
+		t.Errorf("run_duration_seconds has %d series, want the cut-off run's kind", got)
+	}
 }
 
 // A page whose write failed is fetched again by the next run, and its

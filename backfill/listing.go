@@ -61,6 +61,11 @@ func (s *Service) ensureListing(ctx context.Context, account syntax.DID, coll sy
 		s.log.Info("dropped listed records", "account", account, "collection", coll, "malformed", malformed, "over_limit", run.overLimit)
 	}
 	if ourContextEnded(ctx, err) {
+		// Not recorded as a sync run (nothing failed: the run was cut
+		// off by its time or a shutdown, and resumes from its committed
+		// page), but counted: left out, the slowest runs (a hanging
+		// PDS) were missing from the duration histogram (a review).
+		s.metrics.run(kind, "cut_off", run.Duration)
 		return err
 	}
 	if !run.recorded {

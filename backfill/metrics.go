@@ -51,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "backfill", Name: "runs_total",
-			Help: "Listing runs by kind (follows, targets) and outcome (ok, error, gone).",
+			Help: "Listing runs by kind (follows, targets) and outcome (ok, error, gone, cut_off: ended by its time limit or a shutdown, to resume from its last committed page).",
 		}, []string{"kind", "outcome"}),
 		runTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: "backfill", Name: "run_duration_seconds",
@@ -114,6 +114,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	// The kind-labelled counters are shown at 0 from the start, so that a
 	// rate() or an alert over them has a series before the first hostile PDS.
 	for _, kind := range listingKinds {
+		for _, outcome := range []string{"ok", "error", "gone", "cut_off"} {
+			m.runs.WithLabelValues(kind, outcome)
+		}
 		m.droppedRecs.WithLabelValues(kind)
 		m.overLimitRecs.WithLabelValues(kind)
 		m.circles.WithLabelValues(kind)
