@@ -108,8 +108,11 @@ func (m *Metrics) observeGrownDropped(n int) {
 	m.sweep.grownDropped.Add(float64(n))
 }
 
+// observeVacuum counts pages a vacuum freed. A count below 0 (other
+// processes' commits between its two freelist reads) is nothing to add:
+// a counter's Add of it panics.
 func (m *Metrics) observeVacuum(pages int64) {
-	if m == nil || m.sweep == nil {
+	if m == nil || m.sweep == nil || pages <= 0 {
 		return
 	}
 	m.sweep.vacuumedPages.Add(float64(pages))

@@ -758,3 +758,16 @@ func TestSweepAFailedSliceKeepsTheOddVisitsTurn(t *testing.T) {
 		t.Fatalf("%d grown entries left, %d feeds over cap after two committed slices; want 0, 0", n, over)
 	}
 }
+
+// A vacuum's freed pages are the difference of two freelist reads with no
+// transaction around them, so another process's commit in between can
+// make it negative; the counter's Add of that panicked, stopping the
+// daemon (a review).
+func TestANegativeVacuumCountDoesNotPanic(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	m.observeVacuum(5)
+	m.observeVacuum(-3)
+	if got := testutil.ToFloat64(m.sweep.vacuumedPages); got != 5 {
+		t.Errorf("vacuumed pages = %v, want 5", got)
+	}
+}

@@ -43,7 +43,10 @@ func (s *Store) vacuum(ctx context.Context, freed bool, res *SweepResult) error 
 	if err != nil {
 		return err
 	}
-	res.VacuumedPages = free - after
+	// Two reads, no transaction around them: another process's commit
+	// in between (an operator command's) may free pages, and a negative
+	// difference would make the counter's Add panic (a review).
+	res.VacuumedPages = max(0, free-after)
 	sw.vacuumMore = after > keep
 	s.metrics.observeVacuum(res.VacuumedPages)
 	return nil
