@@ -33,8 +33,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		commitTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "appview", Subsystem: "ingest", Name: "batch_seconds",
-			Help:    "Time to apply and commit one batch.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+			Help:    "Time from opening a batch to its commit: its wait for the write lock, its events applied (a catch-up batch is applied as its events are read, for up to 10 s) and the commit.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 17), // to 32.8 s: a catch-up batch stays open up to 10 s, and a lock wait adds to it
 		}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "appview", Subsystem: "ingest", Name: "changes_total",
