@@ -64,7 +64,7 @@ const (
 	FaultCircleCursor
 )
 
-// Delay is how long a FaultDelayed answer waits.
+// Delay is how long a FaultDelayed answer waits, unless SetDelay says.
 const Delay = 500 * time.Millisecond
 
 // HugeBodyBytes is the size of a FaultHugeBody answer.
@@ -96,6 +96,7 @@ type Server struct {
 	requests map[key]int
 	total    int
 	latency  time.Duration
+	delay    time.Duration // of a FaultDelayed answer; 0: Delay
 }
 
 // NewServer starts a fake PDS on 127.0.0.1. Close it when done.
@@ -224,6 +225,24 @@ func (s *Server) SetLatency(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.latency = d
+}
+
+// SetDelay makes later FaultDelayed answers wait d instead of Delay: a
+// test that must tell "did not wait for the slow PDS" from scheduling
+// noise on a loaded machine gives the PDS seconds, not half of one.
+func (s *Server) SetDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.delay = d
+}
+
+func (s *Server) delayed() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.delay > 0 {
+		return s.delay
+	}
+	return Delay
 }
 
 // wait sleeps the server's latency or until the request ends.
@@ -384,7 +403,7 @@ func (s *Server) injectEarly(w http.ResponseWriter, r *http.Request, f Fault, ha
 		}
 	case FaultDelayed:
 		select {
-		case <-time.After(Delay):
+		case <-time.After(s.delayed()):
 		case <-r.Context().Done():
 		case <-s.closed:
 		}
