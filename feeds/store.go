@@ -14,6 +14,7 @@ import (
 	"github.com/bluesky-social/indigo/atproto/syntax"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
+	"github.com/atfeeds/appview/internal/dbpath"
 	"github.com/atfeeds/appview/schema"
 )
 
@@ -323,7 +324,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	writer.SetConnMaxLifetime(0)
 	writer.SetConnMaxIdleTime(0)
 	s := &Store{
-		path:           opts.Path,
+		path:           dbpath.Resolve(opts.Path), // where SQLite keeps the file, and so its WAL
 		walPages:       opts.WALPages,
 		writer:         writer,
 		writerOpened:   writerOpened,
