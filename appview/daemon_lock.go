@@ -4,7 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
+
+	"github.com/atfeeds/appview/internal/dbpath"
 )
 
 // errDaemonRunning says another process holds the database's daemon lock.
@@ -27,11 +28,10 @@ type daemonLock struct{ f *os.File }
 func lockDaemon(dbPath string) (*daemonLock, error) {
 	// Beside the file a symbolic link names, as SQLite keeps its -wal and
 	// -shm files: a command given the link's path opens the same database
-	// and must meet the same lock. A database not made yet is no link.
-	if real, err := filepath.EvalSymlinks(dbPath); err == nil {
-		dbPath = real
-	}
-	path := dbPath + ".lock"
+	// and must meet the same lock. Also when the file is not made yet:
+	// resolved only once it existed, the first daemon locked beside the
+	// link and every later process beside the file (a review).
+	path := dbpath.Resolve(dbPath) + ".lock"
 	// Read-only: an flock needs no write access, and the file, left in
 	// place, may be another user's (an `appview migrate` run as root made
 	// it), which the daemon's user can read but not write.

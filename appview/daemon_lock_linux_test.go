@@ -3,12 +3,15 @@
 package appview
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
 	"syscall"
 	"testing"
+
+	"github.com/atfeeds/appview/feeds"
 )
 
 // The daemon lock file outlives the process that made it, so it is often
@@ -99,5 +102,41 @@ func TestTheDaemonLockIsBesideTheFileADatabasePathLinksTo(t *testing.T) {
 	if other, err := lockDaemon(link); !errors.Is(err, errDaemonRunning) {
 		other.release()
 		t.Errorf("the lock through a link to the database: %v, want %v", err, errDaemonRunning)
+	}
+}
+
+// The same when the link was made before the database: resolved only once
+// the file existed, the first daemon locked beside the link, SQLite then
+// made the file at the link's target, and every later process, resolving
+// the link, locked beside that file, which nobody held: a second daemon,
+// or `appview migrate`, ran beside the first (a review).
+func TestTheDaemonLockFollowsALinkMadeBeforeTheDatabase(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "data", "appview.db")
+	if err := os.Mkdir(filepath.Dir(db), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "appview.db")
+	if err := os.Symlink(db, link); err != nil {
+		t.Fatal(err)
+	}
+	first, err := lockDaemon(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.release()
+	s, err := feeds.Open(context.Background(), feeds.Options{Path: link})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := os.Stat(db); err != nil {
+		t.Fatalf("setup: the database was not made at the link's target: %v", err)
+	}
+	for _, path := range []string{link, db} {
+		if other, err := lockDaemon(path); !errors.Is(err, errDaemonRunning) {
+			other.release()
+			t.Errorf("the lock through %s: %v, want %v", path, err, errDaemonRunning)
+		}
 	}
 }
