@@ -41,10 +41,10 @@ func TestWALStaysBoundedThroughASymbolicLink(t *testing.T) {
 }
 
 // walStaysBounded opens the store at open, writes a stream of posts beside
-// a reader that never stops, and checks the WAL at file + "-wal".
-func walStaysBounded(t *testing.T, open, file string) {
+// a reader that never stops, and checks the WAL at path + "-wal", beside
+// the file open leads to.
+func walStaysBounded(t *testing.T, open, path string) {
 	const walPages = 64
-	path := file
 	s := mustOpenWith(t, Options{Path: open, Feeds: defaultFeeds, IndexAll: true, WALPages: walPages})
 	var follows []Change
 	for v := range 200 {
