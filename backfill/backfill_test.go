@@ -44,6 +44,9 @@ type world struct {
 	// onNow, when set, sees every reading of the service's clock: a test
 	// commits something at a point in a run through it.
 	onNow atomic.Value // func(time.Time)
+	// onJoin, when set, hears each caller that joins a running fetch of
+	// an account's records (Service.joined).
+	onJoin atomic.Value // func(accountKey)
 	// stop ends the service's Run and waits for it to return.
 	stop func()
 }
@@ -101,6 +104,11 @@ func newWorld(t *testing.T, cfg Config) *world {
 	}
 	w.svc = New(cfg, st, dir, pds.NewClient(httpc, pds.Options{Timeout: 2 * time.Second}),
 		[]Feed{{Name: "following", FollowCollection: followNSID, Targets: []syntax.NSID{postNSID}}}, nil, nil)
+	w.svc.joined = func(k accountKey) {
+		if f, ok := w.onJoin.Load().(func(accountKey)); ok {
+			f(k)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { w.svc.Run(ctx); close(done) }()

@@ -552,6 +552,9 @@ func (s *Service) ensureAccount(ctx context.Context, account syntax.DID, coll sy
 		if !ok {
 			return s.ownAccountRun(runCtx, key, r)
 		}
+		if s.joined != nil {
+			s.joined(key)
+		}
 		select {
 		case <-r.done:
 			if r.cutOff && ctx.Err() == nil {

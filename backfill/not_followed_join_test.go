@@ -46,6 +46,15 @@ func TestAJoinerOfAListingThatFoundNoFollowerListsItItself(t *testing.T) {
 	})
 	var calls atomic.Int32
 	joined := make(chan error, 1)
+	waiting := make(chan struct{}, 1)
+	w.onJoin.Store(func(k accountKey) {
+		if k.account == x {
+			select {
+			case waiting <- struct{}{}:
+			default:
+			}
+		}
+	})
 	w.onNow.Store(func(time.Time) {
 		// The third reading of the clock after x's page came back is the
 		// run's duration, after its page found no follower and before the
@@ -57,7 +66,7 @@ func TestAJoinerOfAListingThatFoundNoFollowerListsItItself(t *testing.T) {
 			t.Error(err)
 		}
 		go func() { joined <- w.svc.ensureAccount(ctx, x, postNSID) }()
-		time.Sleep(300 * time.Millisecond) // the joiner waits on the run
+		<-waiting // the joiner found the run and waits on it
 	})
 	owner := make(chan error, 1)
 	go func() { owner <- w.svc.ensureAccount(ctx, x, postNSID) }()

@@ -131,7 +131,11 @@ type Service struct {
 	owner string
 	// renew is the store's RenewFirstRead, which holdClaim calls; a test
 	// makes one renewal fail.
-	renew  func(ctx context.Context, viewer syntax.DID, feed, owner string, now time.Time, lease time.Duration) (bool, error)
+	renew func(ctx context.Context, viewer syntax.DID, feed, owner string, now time.Time, lease time.Duration) (bool, error)
+	// joined, when set, hears each caller that joins a fetch already
+	// running (ensureAccount): tests wait on it to reach the join point
+	// instead of sleeping. Nil outside tests.
+	joined func(accountKey)
 	limits *pds.Limiter
 	admit  *admission
 

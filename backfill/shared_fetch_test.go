@@ -53,6 +53,16 @@ func TestASharedFolloweeFetchCutOffByItsOwnersTimeoutIsNotLost(t *testing.T) {
 		}
 	})
 
+	bWaits := make(chan struct{}, 1)
+	w.onJoin.Store(func(k accountKey) {
+		if k.account == x && k.collection == postNSID {
+			select {
+			case bWaits <- struct{}{}:
+			default:
+			}
+		}
+	})
+
 	deadline = time.Now().Add(runTimeout + 300*time.Millisecond)
 	armedClock.Store(true)
 	if err := w.svc.Ensure(ctx, a, "following", "client-a"); err != nil {
@@ -64,21 +74,12 @@ func TestASharedFolloweeFetchCutOffByItsOwnersTimeoutIsNotLost(t *testing.T) {
 	if err := w.svc.Ensure(ctx, b, "following", "client-b"); err != nil {
 		t.Fatal(err)
 	}
-	// B lists its follows, then waits on A's fetch of X.
-	for i := 0; ; i++ {
-		st, err := w.store.ReadListing(ctx, b, followNSID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Complete {
-			break
-		}
-		if i > 200 {
-			t.Fatal("B's follow listing never completed")
-		}
-		time.Sleep(10 * time.Millisecond)
+	// B lists its follows, then joins A's fetch of X.
+	select {
+	case <-bWaits:
+	case <-time.After(10 * time.Second):
+		t.Fatal("B never joined A's fetch of X")
 	}
-	time.Sleep(200 * time.Millisecond)
 	close(bJoined)
 
 	// Wait for B's first read to end.
@@ -101,7 +102,20 @@ func TestASharedFolloweeFetchCutOffByItsOwnersTimeoutIsNotLost(t *testing.T) {
 	if got := w.page(t, b, 10); len(got) != 2 {
 		t.Errorf("B's feed after its first read = %v, want X's 2 posts", got)
 	}
-	time.Sleep(100 * time.Millisecond) // A's run records its failure
+	// A's run records its failure and gives its claim back.
+	for i := 0; ; i++ {
+		st, err := w.store.RegisterViewer(ctx, a, "following", w.clock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.ClaimOwner == "" || st.Complete {
+			break
+		}
+		if i > 500 {
+			t.Fatalf("A's first read never ended: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	// Whatever the backfill does next (the retry loop, A's own retry),
 	// B's feed must end up with X's posts.
