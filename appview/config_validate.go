@@ -22,6 +22,12 @@ const maxWantedCollections = 100
 // host.
 const minIdleTimeout = 30 * time.Second
 
+// minReadTimeout is the shortest jetstream.read_timeout: Jetstream's ping
+// interval and time for the ping to arrive. At exactly the interval, each
+// ping of a quiet stream raced the deadline it was meant to renew, and a
+// late one ended a healthy session.
+const minReadTimeout = minIdleTimeout + 10*time.Second
+
 // minRetentionWindow is the shortest jetstream.retention_window: twice
 // a failover's rewind, and longer than a routine restart.
 const minRetentionWindow = 10 * time.Minute
@@ -79,11 +85,11 @@ func (c Config) Validate() error {
 	if js.MaxFrameBytes <= 0 || js.MaxFrameBytes > jetstream.MaxMaxFrameBytes {
 		fail("jetstream.max_frame_bytes", "must be between 1 and %d", jetstream.MaxMaxFrameBytes)
 	}
-	if js.ReadTimeout < minIdleTimeout {
+	if js.ReadTimeout < minReadTimeout {
 		// Jetstream pings every 30 s: shorter, a quiet stream ends its
 		// session between two pings and the consumer reconnects again
 		// and again.
-		fail("jetstream.read_timeout", "must be at least %v (Jetstream pings every 30s), got %v", minIdleTimeout, js.ReadTimeout)
+		fail("jetstream.read_timeout", "must be at least %v (Jetstream pings every 30s), got %v", minReadTimeout, js.ReadTimeout)
 	}
 	if js.IdleTimeout < 0 || (js.IdleTimeout > 0 && js.IdleTimeout < minIdleTimeout) {
 		// Shorter, every session would end before the host's first event
