@@ -106,7 +106,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 	}()
 	reservePageSlab(log, storeOpts.PageCacheMB())
 	setGoLimit(log, cfg)
-	store, err := openWaitingOutForeignLocks(ctx, storeOpts, log)
+	store, err := openMigratingUnlessOperated(ctx, storeOpts, log)
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +266,24 @@ func openWaitingOutForeignLocks(ctx context.Context, opts feeds.Options, log *sl
 		case <-time.After(openRetryPause):
 		}
 	}
+}
+
+// openMigratingUnlessOperated opens the daemon's store, migrating its
+// schema only when no operator command has the database open (the
+// operator lock): with one open, a database at an older schema is refused,
+// naming the reason, rather than changed under the command.
+func openMigratingUnlessOperated(ctx context.Context, opts feeds.Options, log *slog.Logger) (*feeds.Store, error) {
+	ops, held, err := lockOperatorsOut(opts.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer ops.release()
+	opts.KeepSchema = !held
+	store, err := openWaitingOutForeignLocks(ctx, opts, log)
+	if errors.Is(err, feeds.ErrSchemaBehind) && !held {
+		return nil, fmt.Errorf("%w, so its schema cannot be migrated now: let it finish, then start the daemon again (%w)", errOperatorCommandRunning, err)
+	}
+	return store, err
 }
 
 // feedDefinitions translates the validated config into the store's feeds
@@ -466,7 +484,11 @@ func OpenStore(ctx context.Context, cfg Config) (*feeds.Store, error) {
 	if err := mustExist(cfg); err != nil {
 		return nil, err
 	}
-	return openStore(ctx, cfg)
+	lock, err := lockAsOperator(cfg.Database.Path)
+	if err != nil {
+		return nil, err
+	}
+	return lock.untilClosed(openStore(ctx, cfg))
 }
 
 // MigrateStore brings the configured database to this build's schema
@@ -486,6 +508,16 @@ func MigrateStore(ctx context.Context, cfg Config) (from, to int, err error) {
 		return 0, 0, err
 	}
 	defer lock.release()
+	// So must an operator command: it opened the database at the schema
+	// it knows.
+	ops, held, err := lockOperatorsOut(cfg.Database.Path)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !held {
+		return 0, 0, fmt.Errorf("%w: let it finish, then migrate", errOperatorCommandRunning)
+	}
+	defer ops.release()
 	return feeds.Migrate(ctx, cfg.Database.Path)
 }
 
@@ -520,7 +552,11 @@ func OpenOrCreateStore(ctx context.Context, cfg Config) (store *feeds.Store, cre
 			return nil, false, fmt.Errorf("create database: %w", err)
 		}
 	}
-	store, err = openStore(ctx, cfg)
+	lock, err := lockAsOperator(cfg.Database.Path)
+	if err != nil {
+		return nil, false, err
+	}
+	store, err = lock.untilClosed(openStore(ctx, cfg))
 	return store, created, err
 }
 

@@ -8,10 +8,15 @@ import (
 	"syscall"
 )
 
-// tryLockFile takes an exclusive flock on f without waiting; false means
-// another open file description holds it.
-func tryLockFile(f *os.File) (bool, error) {
-	err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+// tryLockFile takes an flock on f without waiting, exclusive or shared;
+// false means another open file description holds it in a mode that
+// excludes this one.
+func tryLockFile(f *os.File, exclusive bool) (bool, error) {
+	how := syscall.LOCK_SH
+	if exclusive {
+		how = syscall.LOCK_EX
+	}
+	err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 	if errors.Is(err, syscall.EWOULDBLOCK) {
 		return false, nil
 	}

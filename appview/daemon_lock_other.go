@@ -4,6 +4,7 @@ package appview
 
 import "os"
 
-// tryLockFile has no advisory lock to take on this platform: the daemon
-// runs unguarded, as before the lock existed.
-func tryLockFile(*os.File) (bool, error) { return true, nil }
+// tryLockFile has no advisory lock to take on this platform: the daemon,
+// migrations and operator commands run unguarded, as before the locks
+// existed.
+func tryLockFile(*os.File, bool) (bool, error) { return true, nil }

@@ -75,6 +75,12 @@ type Options struct {
 	// it, which could then not start again on its own file. Migrate
 	// upgrades it, with the daemon stopped.
 	Existing bool
+	// KeepSchema refuses a database at an older schema version
+	// (ErrSchemaBehind) rather than migrating it, as Existing does, with
+	// nothing else of Existing: the daemon sets it when an operator
+	// command still has the database open, so as not to change the
+	// schema under it.
+	KeepSchema bool
 	// IndexAll makes every account whose follows are stored a viewer of
 	// every feed. Otherwise only registered viewers (those who read their
 	// feed) receive fan-out, and only their follows and the targets of
@@ -188,6 +194,8 @@ type Store struct {
 	// gaps: the newest gap this store knows of, and who to tell of a new
 	// one (OnGap).
 	gaps gapWatch
+	// afterClose runs once Close has closed the database (AfterClose).
+	afterClose []func()
 }
 
 // lane is one (feed, target collection) pair: the unit that holds items and
@@ -428,7 +436,7 @@ func (s *Store) init(ctx context.Context, opts Options) error {
 	if mode != "wal" {
 		return fmt.Errorf("open database: journal_mode is %q, want wal (is the file on a filesystem without shared memory?)", mode)
 	}
-	if opts.Existing {
+	if opts.Existing || opts.KeepSchema {
 		if err := refuseOlderSchema(ctx, s.writer); err != nil {
 			return err
 		}
@@ -463,7 +471,18 @@ func (s *Store) Close() error {
 		errs = append(errs, s.reader.Close())
 	}
 	errs = append(errs, s.writer.Close())
+	for _, f := range s.afterClose {
+		f()
+	}
+	s.afterClose = nil
 	return errors.Join(errs...)
+}
+
+// AfterClose has Close call f once the database is closed: a lock its
+// opener holds for as long as the store is open is dropped with it. Not
+// safe to call concurrently with Close.
+func (s *Store) AfterClose(f func()) {
+	s.afterClose = append(s.afterClose, f)
 }
 
 // Checkpoint folds the WAL back into the database file, so a stopped daemon
