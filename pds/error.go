@@ -150,6 +150,15 @@ func classify(status int, header http.Header, body []byte, hadCursor bool, now t
 	_ = json.Unmarshal(body, &env)
 	e := &Error{Status: status, Name: truncate(env.Error, 64), Message: truncate(env.Message, 256)}
 	switch {
+	// The status decides first where it says "later": a rate-limited or
+	// failing answer whose body names a missing record or repo (a proxy's
+	// page, a hostile PDS) must not delete a stored record or record the
+	// repo gone; it is retried (found by FuzzClassify).
+	case status == http.StatusTooManyRequests:
+		e.Kind = KindRateLimited
+		e.RetryAfter = retryAfter(header, now)
+	case status >= 500:
+		e.Kind = KindUpstream
 	case repoGoneNames[env.Error],
 		// The reference PDS answers an unknown or deactivated repo with a
 		// plain InvalidRequest "Could not find repo: <repo>".
@@ -167,11 +176,9 @@ func classify(status int, header http.Header, body []byte, hadCursor bool, now t
 		e.Kind = KindNotFound
 	case status == http.StatusNotFound:
 		e.Kind = KindUpstream
-	case status == http.StatusTooManyRequests || env.Error == "RateLimitExceeded":
+	case env.Error == "RateLimitExceeded":
 		e.Kind = KindRateLimited
 		e.RetryAfter = retryAfter(header, now)
-	case status >= 500:
-		e.Kind = KindUpstream
 	case status == http.StatusBadRequest && env.Error == "InvalidRequest" && hadCursor:
 		e.Kind = KindBadCursor
 	case status >= 400:

@@ -110,6 +110,12 @@ func TestClassify(t *testing.T) {
 		{500, env("InternalServerError", ""), false, KindUpstream},
 		{502, env("UpstreamFailure", ""), false, KindUpstream},
 		{503, nil, true, KindUpstream},
+		// A status that says "later" wins over a body naming a missing
+		// record or repo (found by FuzzClassify).
+		{429, env("RecordNotFound", ""), false, KindRateLimited},
+		{429, env("RepoNotFound", ""), false, KindRateLimited},
+		{500, env("RecordNotFound", ""), false, KindUpstream},
+		{503, env("RepoTakendown", ""), false, KindUpstream},
 		{400, env("InvalidRequest", "bad cursor"), true, KindBadCursor},
 		{400, env("InvalidRequest", "bad"), false, KindRejected},
 		{401, env("AuthRequired", ""), false, KindRejected},
