@@ -104,9 +104,11 @@ func (js JetstreamConfig) FailoverRewind() time.Duration {
 	return max(js.EffectiveRewind(), jetstream.DefaultMaxClockSkew)
 }
 
-// IngestConfig describes how events are batched into transactions. A batch
-// is flushed at BatchSize events or after BatchInterval, whichever comes
-// first.
+// IngestConfig describes how events are batched into transactions. A live
+// batch is flushed at BatchSize events or after BatchInterval, whichever
+// comes first; while events are queued (a catch-up) it grows to
+// CatchupBatchSize, and a busy writer stretches the interval up to
+// MaxBatchInterval.
 type IngestConfig struct {
 	BatchSize     int           `yaml:"batch_size"`
 	BatchInterval time.Duration `yaml:"batch_interval"`

@@ -44,7 +44,8 @@ type AdmissionConfig struct {
 	// wait for a running slot (default 64; negative: none may wait).
 	MaxRunning, MaxQueued int
 	// MaxClients bounds the per-client buckets kept (default 10,000); past
-	// it the oldest half is forgotten.
+	// it the buckets idle long enough to be full again are forgotten, and
+	// if that is not enough, all of them (forgetOldest).
 	MaxClients int
 	// OverloadedRetryAfter is the Retry-After of a refusal because the
 	// queue is full (default 5s).

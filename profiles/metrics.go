@@ -54,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "appview", Subsystem: "profiles", Name: "fetches_total",
-			Help: "Profile fetches from PDSes by outcome: stored, absent, handle_only, handle_unchecked, identity_error, pds_error, invalid_record, queue_full, host_paused (not sent: the host answered 429 and asked us to wait).",
+			Help: "Profile fetches from PDSes by outcome: stored, absent, handle_only, handle_unchecked, identity_error, identity_busy, pds_error, invalid_record, queue_full, host_paused (not sent: the host answered 429 and asked us to wait).",
 		}, []string{"outcome"}),
 		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "appview", Subsystem: "profiles", Name: "hydrated_total",

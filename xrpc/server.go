@@ -32,8 +32,9 @@ type FeedReader interface {
 // ActorResolver turns a handle into a DID, verified both ways. Its errors
 // wrap the directory package's sentinels: ErrNotFound, ErrHandleMismatch,
 // ErrInvalidDocument and ErrForbiddenPDS say the actor is unusable (400);
-// anything else is taken as a failure of the directory upstream (502, or
-// 504 past the deadline getFeed sets on ctx).
+// directory.ErrBusy (a paused or saturated directory) is a 503 with
+// Retry-After; anything else is taken as a failure of the directory
+// upstream (502, or 504 past the deadline getFeed sets on ctx).
 type ActorResolver interface {
 	ResolveHandle(ctx context.Context, h syntax.Handle) (syntax.DID, error)
 	// HandleCached reports whether ResolveHandle would answer h without
