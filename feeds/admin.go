@@ -54,16 +54,30 @@ func (s *Store) ResetJetstream(ctx context.Context, to time.Time, user string, n
 		if err != nil {
 			return err
 		}
+		toUS := micros(to)
 		if cur.TimeUS == 0 && gen == 0 {
 			var n int
 			if err := w.tx.QueryRowContext(ctx, `SELECT count(*) FROM cursors WHERE kind = ?`, cursorKindJetstream).Scan(&n); err != nil {
 				return err
 			}
+			if n == 0 && toUS == 0 {
+				return ErrNothingToReset // with no cursor the daemon starts at the live tip already
+			}
 			if n == 0 {
-				return ErrNothingToReset
+				// No daemon has stored a position yet: the reset sets the
+				// first, so the daemon starts from it and not at the live
+				// tip. Before, it said "nothing to reset" and set nothing
+				// (a review of the docs against the code).
+				if _, err := w.tx.ExecContext(ctx, `
+					INSERT INTO cursors (kind, time_us, seq, host, generation, updated_us) VALUES (?1, ?2, 0, '', 1, ?3)`,
+					cursorKindJetstream, toUS, now.UnixMicro()); err != nil {
+					return fmt.Errorf("set cursor: %w", err)
+				}
+				e = AuditEntry{Action: "reset jetstream", Target: cursorKindJetstream,
+					Old: "none", New: fmt.Sprintf("time_us=%d generation=1", toUS), User: user, At: now}
+				return w.audit(e)
 			}
 		}
-		toUS := micros(to)
 		if resumeUS := cmp.Or(toUS, now.UnixMicro()); cur.TimeUS > 0 && resumeUS > cur.TimeUS {
 			gap := Gap{Detected: now, CursorUS: cur.TimeUS, Size: time.Duration(resumeUS-cur.TimeUS) * time.Microsecond}
 			if _, err := w.recordGap(gap); err != nil {

@@ -51,6 +51,46 @@ func TestResetJetstreamIsAdoptedNotOverwritten(t *testing.T) {
 	}
 }
 
+// On a database no daemon has stored a position in yet (the daemon never
+// connected, or appview backfill made it), a reset to a time sets the
+// first position: the daemon starts there, and one already running with no
+// position adopts it. It used to answer "nothing to reset" and set nothing,
+// so the daemon started at the live tip (a review of the docs against the
+// code).
+func TestResetJetstreamToATimeSetsTheFirstPosition(t *testing.T) {
+	path := t.TempDir() + "/appview.db"
+	daemon := mustOpenAt(t, path, defaultFeeds)
+	ctx := context.Background()
+	tool := mustOpenAt(t, path, defaultFeeds)
+	e, err := tool.ResetJetstream(ctx, time.UnixMicro(50), "ops", time.Unix(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Old != "none" || e.New != "time_us=50 generation=1" {
+		t.Errorf("audit entry %+v", e)
+	}
+	if entries, _ := tool.Audit(ctx, 10); len(entries) != 1 {
+		t.Errorf("audit = %+v, want the reset", entries)
+	}
+	// A daemon opened now starts from it.
+	later := mustOpenAt(t, path, defaultFeeds)
+	if c := later.Cursor(); c.TimeUS != 50 {
+		t.Errorf("a daemon opened after the reset starts at %+v, want time 50", c)
+	}
+	// The daemon that was running with no position adopts it at its next
+	// commit instead of storing the live tip it read from.
+	res, err := daemon.ApplyBatch(ctx, &Batch{Changes: []Change{post("carol", "p1", 200)}, Cursor: StreamCursor{TimeUS: 200}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.CursorReset || daemon.Cursor().TimeUS != 50 {
+		t.Fatalf("reset not adopted: %+v, cursor %+v", res, daemon.Cursor())
+	}
+	if g, found, err := tool.LastGap(ctx); err != nil || found {
+		t.Errorf("a first position recorded a gap %+v (%v)", g, err)
+	}
+}
+
 func TestResetOfNothingRecordsNothing(t *testing.T) {
 	s := MustOpen(t, defaultFeeds)
 	ctx := context.Background()
