@@ -124,3 +124,43 @@ func TestAdmissionConfigTakesEffect(t *testing.T) {
 		t.Errorf("stuck's first read: %+v", r)
 	}
 }
+
+// Behind a reverse proxy listed in http.trusted_proxies, each client
+// behind it has a bucket of its own (the address the proxy appended to
+// X-Forwarded-For); without the setting all of them share the proxy's.
+func TestTrustedProxiesGiveEachClientBehindThemItsOwnBucket(t *testing.T) {
+	for _, trusted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("trusted=%v", trusted), func(t *testing.T) {
+			n := newNetwork(t)
+			actors := []string{n.account("a"), n.account("b"), n.account("c")}
+			cfg := n.config(t)
+			cfg.Backfill.Admission.ClientInterval = time.Hour
+			cfg.Backfill.Admission.ClientBurst = 2
+			if trusted {
+				cfg.HTTP.TrustedProxies = []string{"127.0.0.1"}
+			}
+			td := startDaemon(t, n.js, cfg)
+			var codes []int
+			for i, actor := range actors {
+				req, err := http.NewRequest(http.MethodGet, td.base+"/xrpc/com.example.appview.getFeed?feed=following&actor="+actor, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i+1))
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.Body.Close()
+				codes = append(codes, res.StatusCode)
+			}
+			want := []int{200, 200, 429} // one bucket of two: the proxy's
+			if trusted {
+				want = []int{200, 200, 200}
+			}
+			if fmt.Sprint(codes) != fmt.Sprint(want) {
+				t.Errorf("first reads of three clients behind the proxy: %v, want %v", codes, want)
+			}
+		})
+	}
+}

@@ -213,7 +213,7 @@ func DefaultConfig() Config {
 			CatchupBatchSize: 60000,
 			IndexAll:         false,
 		},
-		HTTP:      HTTPConfig{Listen: ":8080"},
+		HTTP:      HTTPConfig{Listen: ":8080", TrustedProxies: []string{}},
 		XRPC:      XRPCConfig{Namespace: "com.example.appview", HandleLookups: defaultHandleLookups()},
 		Log:       LogConfig{Level: "info", Format: "text"},
 		Identity:  defaultIdentityConfig(),

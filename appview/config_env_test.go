@@ -52,6 +52,10 @@ func TestEnvRoundTripsEveryKey(t *testing.T) {
 		switch {
 		case v.Type() == durationType:
 			raw = time.Duration(v.Int()).String()
+		case v.Kind() == reflect.Slice && v.Len() == 0:
+			// An empty list has no spelling: an empty variable is refused
+			// (unset it to keep the default).
+			continue
 		case v.Kind() == reflect.Slice:
 			raw = strings.Join(v.Interface().([]string), ",")
 		default:

@@ -1,6 +1,7 @@
 package appview
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -17,9 +18,68 @@ type HTTPConfig struct {
 	// them: an operator who exposes the XRPC port to the internet keeps
 	// the network's size and the daemon's lag on a private address.
 	AdminListen string `yaml:"admin_listen"`
+	// TrustedProxies are the reverse proxies (addresses or CIDR prefixes)
+	// in front of Listen whose X-Forwarded-For names the client: the key
+	// of the per-client limits on new viewers and handle lookups. Empty,
+	// the connection's peer is the client and the header is never read,
+	// so behind a proxy every client is the proxy.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+}
+
+// maxTrustedProxies bounds http.trusted_proxies: each request's client is
+// matched against every entry.
+const maxTrustedProxies = 64
+
+// trustedProxies parses http.trusted_proxies; Validate has checked it.
+func (h HTTPConfig) trustedProxies() []netip.Prefix {
+	var out []netip.Prefix
+	for _, raw := range h.TrustedProxies {
+		if p, err := parseProxy(raw); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parseProxy reads an address (a prefix of its full length) or a CIDR
+// prefix, whose host bits must be zero: "10.0.0.1/8" is likely a typo for
+// a single address, and would trust the whole network.
+func parseProxy(raw string) (netip.Prefix, error) {
+	if !strings.Contains(raw, "/") {
+		a, err := netip.ParseAddr(raw)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		if a.Zone() != "" {
+			return netip.Prefix{}, fmt.Errorf("an address with a zone is not supported")
+		}
+		return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(raw)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	if p.Masked() != p {
+		return netip.Prefix{}, fmt.Errorf("host bits set: did you mean %s?", p.Masked())
+	}
+	if p.Bits() == 0 {
+		return netip.Prefix{}, fmt.Errorf("trusts every address: any client could then name its own address")
+	}
+	return p, nil
 }
 
 func (c Config) validateHTTP(fail func(field, format string, args ...any)) {
+	if len(c.HTTP.TrustedProxies) > maxTrustedProxies {
+		fail("http.trusted_proxies", "at most %d entries, got %d", maxTrustedProxies, len(c.HTTP.TrustedProxies))
+	}
+	for i, raw := range c.HTTP.TrustedProxies {
+		if _, err := parseProxy(raw); err != nil {
+			fail(fmt.Sprintf("http.trusted_proxies[%d]", i), "%q: want an address or a CIDR prefix such as 10.0.0.0/8 (%v)", raw, err)
+		}
+	}
 	listenOK := checkListen(fail, "http.listen", c.HTTP.Listen, ":8080")
 	if c.HTTP.AdminListen == "" {
 		return

@@ -283,6 +283,21 @@ func TestValidate(t *testing.T) {
 		{"short read timeout", func(c *Config) { c.Jetstream.ReadTimeout = 10 * time.Second }, "jetstream.read_timeout: must be at least 40s"},
 		{"read timeout of the ping interval", func(c *Config) { c.Jetstream.ReadTimeout = 30 * time.Second }, "jetstream.read_timeout: must be at least 40s"},
 		{"shortest read timeout", func(c *Config) { c.Jetstream.ReadTimeout = minReadTimeout }, ""},
+		{"trusted proxies", func(c *Config) {
+			c.HTTP.TrustedProxies = []string{"10.0.0.0/8", "127.0.0.1", "::1", "fd00::/8", "::ffff:192.0.2.0/120"}
+		}, ""},
+		{"trusted proxy with host bits", func(c *Config) { c.HTTP.TrustedProxies = []string{"10.0.0.1/8"} },
+			`http.trusted_proxies[0]: "10.0.0.1/8": want an address or a CIDR prefix such as 10.0.0.0/8 (host bits set: did you mean 10.0.0.0/8?)`},
+		{"trusted proxy of every address", func(c *Config) { c.HTTP.TrustedProxies = []string{"127.0.0.1", "::/0"} },
+			`http.trusted_proxies[1]: "::/0"`},
+		{"trusted proxy not an address", func(c *Config) { c.HTTP.TrustedProxies = []string{"proxy.internal"} },
+			`http.trusted_proxies[0]: "proxy.internal"`},
+		{"too many trusted proxies", func(c *Config) {
+			c.HTTP.TrustedProxies = nil
+			for i := range maxTrustedProxies + 1 {
+				c.HTTP.TrustedProxies = append(c.HTTP.TrustedProxies, fmt.Sprintf("10.0.%d.1", i))
+			}
+		}, "http.trusted_proxies: at most 64 entries, got 65"},
 		{"short retention window", func(c *Config) { c.Jetstream.RetentionWindow = time.Minute }, "jetstream.retention_window: must be at least 10m0s, got 1m0s"},
 		{"no idle timeout", func(c *Config) { c.Jetstream.IdleTimeout = 0 }, ""},
 		{"shortest idle timeout", func(c *Config) { c.Jetstream.IdleTimeout = minIdleTimeout }, ""},

@@ -165,6 +165,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		Registerer:    reg,
 		Ready:         newReadiness(reg, len(wanted) > 0).Check,
 	}
+	xcfg.TrustedProxies = cfg.HTTP.trustedProxies()
 	if !cfg.Ingest.IndexAll {
 		xcfg.Viewers = firstReads
 	}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -113,6 +114,9 @@ type Config struct {
 	// Timeouts bound how long a client may hold a connection; the zero
 	// value keeps the defaults. Tests shorten them.
 	Timeouts Timeouts
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
+	// the client (clientIP). Empty: the connection's peer is the client.
+	TrustedProxies []netip.Prefix
 }
 
 // Timeouts are the http.Server's timeouts. A zero field takes its default:
@@ -186,6 +190,8 @@ type Server struct {
 	version  string
 	metrics  *metrics
 	notify   *notifyMethod // nil when notifyOfUpdate is disabled
+	// trustedProxies: see Config.TrustedProxies.
+	trustedProxies []netip.Prefix
 	// scanLimit bounds a filtered page's scan (Config.FilterScanLimit).
 	scanLimit int
 	// actorTimeout bounds a handle actor's resolution (actorLookupTimeout).
@@ -247,6 +253,7 @@ func NewServer(cfg Config) *Server {
 		lookups:         newLookupShares(cfg.HandleLookups, time.Now),
 		firstReadBudget: firstReadDeadline(timeouts.Write),
 		pageBudget:      pageDeadline(timeouts.Write),
+		trustedProxies:  cfg.TrustedProxies,
 	}
 	for _, f := range cfg.Feeds {
 		s.feeds[f.Name] = f
@@ -268,9 +275,7 @@ func (s *Server) newEcho() *echo.Echo {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
-	// The peer address, never X-Forwarded-For: a client must not pick the
-	// key of its own rate limit.
-	e.IPExtractor = echo.ExtractIPDirect()
+	e.IPExtractor = clientIP(s.trustedProxies)
 	// Metrics outermost so that recovered panics are counted as 500s.
 	e.Use(s.track, s.measure, s.recoverPanics)
 	return e
@@ -473,4 +478,25 @@ func methodName(path string) string {
 		name = name[:maxLen] + "…"
 	}
 	return strings.ToValidUTF8(name, "\uFFFD")
+}
+
+// clientIP is how a request's client is told, the key of its rate limits
+// (new viewers, handle lookups). With no trusted proxy it is the
+// connection's peer, and X-Forwarded-For is never read: a client must not
+// pick the key of its own limit. Behind trusted proxies it is the
+// rightmost address of X-Forwarded-For (with the peer after it) that is
+// not one of them: each proxy appends the address it saw, so what a
+// client wrote itself lies to the left of what the first trusted proxy
+// appended. An unparsable entry stops the walk at the peer. Loopback,
+// link-local and private addresses are trusted only when listed.
+func clientIP(trusted []netip.Prefix) echo.IPExtractor {
+	if len(trusted) == 0 {
+		return echo.ExtractIPDirect()
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, p := range trusted {
+		p = p.Masked()
+		opts = append(opts, echo.TrustIPRange(&net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}))
+	}
+	return echo.ExtractIPFromXFFHeader(opts...)
 }
