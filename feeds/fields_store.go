@@ -61,6 +61,10 @@ func (s *Store) syncFields(ctx context.Context, tx *sql.Tx, feeds []Feed) error 
 		}
 		existing[k] = d
 	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return err
+	}
 	if err := rows.Close(); err != nil {
 		return err
 	}
@@ -186,6 +190,12 @@ func (s *Store) extractBacklog(ctx context.Context, res *SweepResult) error {
 		if match {
 			ids = append(ids, id)
 		}
+	}
+	// A scan that ended on an error is not a short slice: taken for one,
+	// the backlog would be marked done past records never extracted.
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return fmt.Errorf("field backlog: %w", err)
 	}
 	if err := rows.Close(); err != nil {
 		return fmt.Errorf("field backlog: %w", err)

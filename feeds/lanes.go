@@ -56,6 +56,10 @@ func (s *Store) syncLanes(ctx context.Context, feeds []Feed, keep bool) error {
 		}
 		enabled[k], followedBy[k] = on, follow
 	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return fmt.Errorf("read lanes: %w", err)
+	}
 	if err := rows.Close(); err != nil {
 		return fmt.Errorf("read lanes: %w", err)
 	}
