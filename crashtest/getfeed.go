@@ -83,7 +83,6 @@ func compareGetFeed(ctx context.Context, base string, m *Model, viewers []int32,
 }
 
 type servedItem struct {
-	author int32
 	did    string
 	rkey   string
 	cid    string

@@ -84,14 +84,6 @@ func NewModel(l *Log) *Model {
 	return m
 }
 
-// AppliedUS is the time_us of the last applied frame, 0 before any.
-func (m *Model) AppliedUS() int64 {
-	if m.next == 0 {
-		return 0
-	}
-	return m.log.Frames[m.next-1].TimeUS
-}
-
 // AdvanceTo applies every frame up to and including time_us t. Frames
 // never go back in time (NewLog), so this is a prefix of the log, and a
 // stored cursor of t must mean exactly this prefix is durable.

@@ -94,8 +94,7 @@ func TestRefusedSchemes(t *testing.T) {
 }
 
 func TestRedirects(t *testing.T) {
-	var inner *httptest.Server
-	inner = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	inner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/ok":
 			fmt.Fprint(w, "ok")

@@ -21,7 +21,6 @@ const maxLogFrame = 1 << 20
 type LogWriter struct {
 	w   *bufio.Writer
 	hdr [1 + 2*binary.MaxVarintLen64]byte
-	n   int
 }
 
 // NewLogWriter writes a log to w; call Flush when done.
@@ -44,12 +43,8 @@ func (l *LogWriter) Write(f Frame) error {
 	if _, err := l.w.Write(f.Data); err != nil {
 		return fmt.Errorf("write frame log: %w", err)
 	}
-	l.n++
 	return nil
 }
-
-// Count is how many frames were written.
-func (l *LogWriter) Count() int { return l.n }
 
 // Flush writes out what is buffered.
 func (l *LogWriter) Flush() error {
