@@ -106,7 +106,7 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 	}()
 	reservePageSlab(log, storeOpts.PageCacheMB())
 	setGoLimit(log, cfg)
-	store, err := openMigratingUnlessOperated(ctx, storeOpts, log)
+	store, err := openWaitingOutForeignLocks(ctx, storeOpts, log)
 	if err != nil {
 		return nil, err
 	}
@@ -245,16 +245,16 @@ func Build(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 // process's write lock.
 const openRetryPause = time.Second
 
-// openWaitingOutForeignLocks opens the store, trying again while another
-// process (an operator command beside the daemon) holds the write lock
-// past the busy timeout: a restart during a long rebuild chunk would
+// openWaitingOutForeignLocks opens the daemon's store, trying again while
+// another process (an operator command beside the daemon) holds the write
+// lock past the busy timeout: a restart during a long rebuild chunk would
 // otherwise fail with "database is locked". A try that gave up is what a
 // failed start was, and the next try opens again as the next start would.
 // A stop while it waits returns ctx's error: a stop before the daemon
 // started.
 func openWaitingOutForeignLocks(ctx context.Context, opts feeds.Options, log *slog.Logger) (*feeds.Store, error) {
 	for attempt := 1; ; attempt++ {
-		store, err := feeds.Open(ctx, opts)
+		store, err := openMigratingUnlessOperated(ctx, opts)
 		if !errors.Is(err, feeds.ErrWriteBusy) {
 			return store, err
 		}
@@ -269,18 +269,20 @@ func openWaitingOutForeignLocks(ctx context.Context, opts feeds.Options, log *sl
 	}
 }
 
-// openMigratingUnlessOperated opens the daemon's store, migrating its
-// schema only when no operator command has the database open (the
-// operator lock): with one open, a database at an older schema is refused,
-// naming the reason, rather than changed under the command.
-func openMigratingUnlessOperated(ctx context.Context, opts feeds.Options, log *slog.Logger) (*feeds.Store, error) {
+// openMigratingUnlessOperated is one try at opening the daemon's store,
+// migrating its schema only when no operator command has the database
+// open (the operator lock): with one open, a database at an older schema
+// is refused, naming the reason, rather than changed under the command.
+// The lock is held for this try only, so that the commands started while
+// a start waits out a foreign write lock are not refused all that time.
+func openMigratingUnlessOperated(ctx context.Context, opts feeds.Options) (*feeds.Store, error) {
 	ops, held, err := lockOperatorsOut(opts.Path)
 	if err != nil {
 		return nil, err
 	}
 	defer ops.release()
 	opts.KeepSchema = !held
-	store, err := openWaitingOutForeignLocks(ctx, opts, log)
+	store, err := feeds.Open(ctx, opts)
 	if errors.Is(err, feeds.ErrSchemaBehind) && !held {
 		return nil, fmt.Errorf("%w, so its schema cannot be migrated now: let it finish, then start the daemon again (%w)", errOperatorCommandRunning, err)
 	}
@@ -485,7 +487,7 @@ func OpenStore(ctx context.Context, cfg Config) (*feeds.Store, error) {
 	if err := mustExist(cfg); err != nil {
 		return nil, err
 	}
-	lock, err := lockAsOperator(cfg.Database.Path)
+	lock, err := lockAsOperator(ctx, cfg.Database.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -553,7 +555,7 @@ func OpenOrCreateStore(ctx context.Context, cfg Config) (store *feeds.Store, cre
 			return nil, false, fmt.Errorf("create database: %w", err)
 		}
 	}
-	lock, err := lockAsOperator(cfg.Database.Path)
+	lock, err := lockAsOperator(ctx, cfg.Database.Path)
 	if err != nil {
 		return nil, false, err
 	}

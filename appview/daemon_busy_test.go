@@ -344,8 +344,9 @@ func TestAStopBehindAForeignWriteLockIsClean(t *testing.T) {
 // A daemon (re)started while an operator command beside it held the
 // write lock past the busy timeout (a rebuild chunk of heavy viewers, say)
 // failed to start: "sync feeds: database is locked (5) (SQLITE_BUSY)",
-// exit 1. It waits the lock out, as its batches do; a signal while it
-// waits is a clean stop before it started.
+// exit 1. It waits the lock out, as its batches do, and lets other
+// operator commands in meanwhile; a signal while it waits is a clean stop
+// before it started.
 func TestAStartBehindAForeignWriteLockWaits(t *testing.T) {
 	js := jetstreamtest.NewServer()
 	defer js.Close()
@@ -366,6 +367,26 @@ func TestAStartBehindAForeignWriteLockWaits(t *testing.T) {
 		}
 		built <- err
 	}()
+	// Between its tries the daemon gives up the operator lock, which it
+	// holds for one try at a time: an operator command started meanwhile
+	// (cursor show, say) goes on, where it was refused for as long as
+	// the foreign lock was held (found by a review of the operator lock).
+	for {
+		l, held, err := tryLock(path, opsLockSuffix, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !held {
+			break // the daemon's first try holds it
+		}
+		l.release()
+		time.Sleep(10 * time.Millisecond)
+	}
+	command, err := lockAsOperator(context.Background(), path)
+	if err != nil {
+		t.Fatalf("an operator command while the start waits: %v", err)
+	}
+	command.release()
 	select {
 	case err := <-built:
 		t.Fatalf("Build returned while the lock was held: %v", err)

@@ -1,10 +1,13 @@
 package appview
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/atfeeds/appview/feeds"
+	"github.com/atfeeds/appview/internal/dbpath"
 )
 
 // The operator lock, "<database.path>.ops.lock", keeps a migration from
@@ -16,7 +19,8 @@ import (
 //   - a daemon starting then opens the database without migrating it
 //     (feeds.Options.KeepSchema), and so starts only on a database at its
 //     own schema;
-//   - a command is refused while a migration holds it.
+//   - a command waits a moment for a migration or a daemon's open to give
+//     it up, and is refused, saying why, if it is not given up in time.
 //
 // It is not the daemon lock, because operator commands run beside a
 // daemon. Commands of builds made before this lock existed do not take
@@ -27,19 +31,39 @@ const opsLockSuffix = ".ops.lock"
 // open, so its schema must not change.
 var errOperatorCommandRunning = errors.New("an operator command (appview backfill, rebuild, cursor, audit) has this database open")
 
-// errMigrating says a migration holds the database.
-var errMigrating = errors.New("the database's schema is being migrated")
+// errMigrating says a migration, or a daemon opening the database, kept
+// the operator lock past a command's wait.
+var errMigrating = errors.New("the database's schema may be changing")
 
-// lockAsOperator takes the operator lock shared, for a command's store.
-func lockAsOperator(dbPath string) (*fileLock, error) {
-	l, held, err := tryLock(dbPath, opsLockSuffix, false)
-	if err != nil {
-		return nil, err
+// operatorLockWait bounds a command's wait for the operator lock. A
+// daemon's open holds it exclusively for one try at a time (up to SQLite's
+// busy timeout, 5 s, unless it migrates), so a command started beside a
+// restarting daemon goes on a moment later instead of failing; a
+// migration of a large database holds it longer, and the command says so.
+const operatorLockWait = 15 * time.Second
+
+// operatorLockPoll is the pause between a waiting command's tries.
+const operatorLockPoll = 100 * time.Millisecond
+
+// lockAsOperator takes the operator lock shared, for a command's store,
+// waiting for a migration or a daemon's open to give it up (at most
+// operatorLockWait, or until ctx ends).
+func lockAsOperator(ctx context.Context, dbPath string) (*fileLock, error) {
+	ctx, cancel := context.WithTimeout(ctx, operatorLockWait)
+	defer cancel()
+	start := time.Now()
+	for {
+		l, held, err := tryLock(dbPath, opsLockSuffix, false)
+		if err != nil || held {
+			return l, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: appview migrate, or a daemon opening the database, has held its operator lock (%s%s) for the %s this command waited; run it again once that is done",
+				errMigrating, dbpath.Resolve(dbPath), opsLockSuffix, time.Since(start).Round(100*time.Millisecond))
+		case <-time.After(operatorLockPoll):
+		}
 	}
-	if !held {
-		return nil, fmt.Errorf("%w (appview migrate, or a daemon starting): run the command again once it is done", errMigrating)
-	}
-	return l, nil
 }
 
 // lockOperatorsOut takes the operator lock exclusively, for a migration;

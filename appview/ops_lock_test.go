@@ -6,6 +6,7 @@ import (
 	"errors"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/atfeeds/appview/feeds"
 	"github.com/atfeeds/appview/jetstream/jetstreamtest"
@@ -49,7 +50,7 @@ func TestAMigrationWaitsForTheOperatorCommandsThatHaveTheDatabaseOpen(t *testing
 
 	// A command of the build being replaced, which opened the database at
 	// its schema and holds the operator lock as this build's commands do.
-	command, err := lockAsOperator(path)
+	command, err := lockAsOperator(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,18 +68,36 @@ func TestAMigrationWaitsForTheOperatorCommandsThatHaveTheDatabaseOpen(t *testing
 	}
 	command.release()
 
-	// A migration refuses commands while it runs.
+	// A command waits for a migration (or a daemon's open) to give the
+	// lock up, and is refused, saying why, when its wait ends first.
 	migration, held, err := lockOperatorsOut(path)
 	if err != nil || !held {
 		t.Fatalf("take the operator lock for a migration: held %v, %v", held, err)
 	}
-	if st, err := OpenStore(ctx, cfg); !errors.Is(err, errMigrating) {
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if st, err := OpenStore(short, cfg); !errors.Is(err, errMigrating) {
 		if err == nil {
 			st.Close()
 		}
-		t.Errorf("an operator command during a migration: %v, want it refused", err)
+		t.Errorf("an operator command whose wait ended during a migration: %v, want it refused", err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		l, err := lockAsOperator(ctx, path)
+		l.release()
+		waited <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case err := <-waited:
+		t.Fatalf("a command took the operator lock from a migration: %v", err)
+	default:
 	}
 	migration.release()
+	if err := <-waited; err != nil {
+		t.Errorf("a command waiting for a migration to end: %v", err)
+	}
 
 	if from, to, err := MigrateStore(ctx, cfg); err != nil || from != older || to != schema.Latest() {
 		t.Fatalf("migrate once the command is done: %d → %d, %v", from, to, err)
