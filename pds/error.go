@@ -149,6 +149,7 @@ func classify(status int, header http.Header, body []byte, hadCursor bool, now t
 	}
 	_ = json.Unmarshal(body, &env)
 	e := &Error{Status: status, Name: truncate(env.Error, 64), Message: truncate(env.Message, 256)}
+	clientError := status >= 400 && status < 500
 	switch {
 	// The status decides first where it says "later": a rate-limited or
 	// failing answer whose body names a missing record or repo (a proxy's
@@ -159,12 +160,15 @@ func classify(status int, header http.Header, body []byte, hadCursor bool, now t
 		e.RetryAfter = retryAfter(header, now)
 	case status >= 500:
 		e.Kind = KindUpstream
-	case repoGoneNames[env.Error],
+	// Only a client error says a repo or record is missing: a redirect
+	// Go does not follow (a 304, a 3xx with no Location) naming one is no
+	// PDS's answer either (a review).
+	case clientError && repoGoneNames[env.Error],
 		// The reference PDS answers an unknown or deactivated repo with a
 		// plain InvalidRequest "Could not find repo: <repo>".
 		status == http.StatusBadRequest && env.Error == "InvalidRequest" && strings.HasPrefix(env.Message, "Could not find repo"):
 		e.Kind = KindRepoGone
-	case env.Error == "RecordNotFound" || (status == http.StatusNotFound && env.Error == "NotFound"):
+	case clientError && env.Error == "RecordNotFound" || (status == http.StatusNotFound && env.Error == "NotFound"):
 		// A 404 is the record's absence only when the PDS says so in an
 		// XRPC error that names it. A bare one (an HTML page, an empty
 		// body) comes from a proxy or a PDS being deployed, and a 404

@@ -10,7 +10,9 @@ import (
 // FuzzClassify feeds classify the error answers a hostile PDS may give: any
 // status, body and Retry-After. Every answer must get a known kind, short
 // name and message texts, and a wait within maxRetryAfter that only a rate
-// limit carries.
+// limit carries; the status decides before the body (a 429 is rate
+// limited, a 5xx upstream, and only a 4xx says a record or repo is
+// missing).
 func FuzzClassify(f *testing.F) {
 	for _, s := range []struct {
 		status     int
@@ -25,6 +27,8 @@ func FuzzClassify(f *testing.F) {
 		{429, ``, "Wed, 21 Oct 2015 07:28:00 GMT", false},
 		{503, `{"error":"` + string(make([]byte, 300)) + `"}`, "-5", false},
 		{302, `{}`, "99999999999999999999", false},
+		{304, `{"error":"RecordNotFound"}`, "", false},
+		{502, `{"error":"RepoNotFound"}`, "", false},
 	} {
 		f.Add(s.status, []byte(s.body), s.wait, s.cursor)
 	}
@@ -51,6 +55,14 @@ func FuzzClassify(f *testing.F) {
 		}
 		if status == http.StatusTooManyRequests && e.Kind != KindRateLimited {
 			t.Fatalf("a 429 classified %v", e.Kind)
+		}
+		if status >= 500 && e.Kind != KindUpstream {
+			t.Fatalf("a %d classified %v", status, e.Kind)
+		}
+		// Only a client error may delete a stored record or mark a repo
+		// gone: a failing, rate-limited or redirecting answer is retried.
+		if (e.Kind == KindNotFound || e.Kind == KindRepoGone) && (status < 400 || status >= 500 || status == http.StatusTooManyRequests) {
+			t.Fatalf("a %d (%s) classified %v", status, body, e.Kind)
 		}
 		if n := len(e.Error()); n > 512 {
 			t.Fatalf("error text of %d bytes", n)

@@ -120,6 +120,11 @@ func TestClassify(t *testing.T) {
 		{400, env("InvalidRequest", "bad"), false, KindRejected},
 		{401, env("AuthRequired", ""), false, KindRejected},
 		{304, nil, false, KindBadResponse},
+		// Nor is a redirect Go did not follow a missing record or repo,
+		// whatever its body says (a review).
+		{304, env("RecordNotFound", ""), false, KindBadResponse},
+		{302, env("RepoNotFound", ""), false, KindBadResponse},
+		{204, env("RecordNotFound", ""), false, KindBadResponse},
 	} {
 		e := classify(tc.status, http.Header{}, tc.body, tc.hadCursor, time.Now())
 		if e.Kind != tc.want || e.Status != tc.status {
