@@ -487,7 +487,7 @@ func OpenStore(ctx context.Context, cfg Config) (*feeds.Store, error) {
 	if err := mustExist(cfg); err != nil {
 		return nil, err
 	}
-	lock, err := lockAsOperator(ctx, cfg.Database.Path)
+	lock, err := lockAsOperator(ctx, cfg.Database.Path, operatorLockWait)
 	if err != nil {
 		return nil, err
 	}
@@ -555,7 +555,7 @@ func OpenOrCreateStore(ctx context.Context, cfg Config) (store *feeds.Store, cre
 			return nil, false, fmt.Errorf("create database: %w", err)
 		}
 	}
-	lock, err := lockAsOperator(ctx, cfg.Database.Path)
+	lock, err := lockAsOperator(ctx, cfg.Database.Path, operatorLockWait)
 	if err != nil {
 		return nil, false, err
 	}

@@ -371,7 +371,7 @@ func TestAStartBehindAForeignWriteLockWaits(t *testing.T) {
 	// holds for one try at a time: an operator command started meanwhile
 	// (cursor show, say) goes on, where it was refused for as long as
 	// the foreign lock was held (found by a review of the operator lock).
-	for {
+	for advisoryLocks {
 		l, held, err := tryLock(path, opsLockSuffix, false)
 		if err != nil {
 			t.Fatal(err)
@@ -382,7 +382,7 @@ func TestAStartBehindAForeignWriteLockWaits(t *testing.T) {
 		l.release()
 		time.Sleep(10 * time.Millisecond)
 	}
-	command, err := lockAsOperator(context.Background(), path)
+	command, err := lockAsOperator(context.Background(), path, operatorLockWait)
 	if err != nil {
 		t.Fatalf("an operator command while the start waits: %v", err)
 	}

@@ -8,6 +8,9 @@ import (
 	"syscall"
 )
 
+// advisoryLocks says whether the locks exclude anyone here.
+const advisoryLocks = true
+
 // tryLockFile takes an flock on f without waiting, exclusive or shared;
 // false means another open file description holds it in a mode that
 // excludes this one.

@@ -47,9 +47,9 @@ const operatorLockPoll = 100 * time.Millisecond
 
 // lockAsOperator takes the operator lock shared, for a command's store,
 // waiting for a migration or a daemon's open to give it up (at most
-// operatorLockWait, or until ctx ends).
-func lockAsOperator(ctx context.Context, dbPath string) (*fileLock, error) {
-	ctx, cancel := context.WithTimeout(ctx, operatorLockWait)
+// patience, operatorLockWait for a command, or until ctx ends).
+func lockAsOperator(ctx context.Context, dbPath string, patience time.Duration) (*fileLock, error) {
+	wait, cancel := context.WithTimeout(ctx, patience)
 	defer cancel()
 	start := time.Now()
 	for {
@@ -58,7 +58,10 @@ func lockAsOperator(ctx context.Context, dbPath string) (*fileLock, error) {
 			return l, err
 		}
 		select {
-		case <-ctx.Done():
+		case <-wait.Done():
+			if ctx.Err() != nil { // a stop (Ctrl-C), not the wait's end
+				return nil, fmt.Errorf("wait for the operator lock: %w", ctx.Err())
+			}
 			return nil, fmt.Errorf("%w: appview migrate, or a daemon opening the database, has held its operator lock (%s%s) for the %s this command waited; run it again once that is done",
 				errMigrating, dbpath.Resolve(dbPath), opsLockSuffix, time.Since(start).Round(100*time.Millisecond))
 		case <-time.After(operatorLockPoll):

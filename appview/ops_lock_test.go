@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"runtime"
 	"testing"
 	"time"
 
@@ -22,7 +21,7 @@ import (
 // command is refused while a migration runs, and a daemon starts beside
 // a command as before when there is nothing to migrate.
 func TestAMigrationWaitsForTheOperatorCommandsThatHaveTheDatabaseOpen(t *testing.T) {
-	if runtime.GOOS == "windows" {
+	if !advisoryLocks {
 		t.Skip("no advisory locks on this platform")
 	}
 	ctx := context.Background()
@@ -50,7 +49,7 @@ func TestAMigrationWaitsForTheOperatorCommandsThatHaveTheDatabaseOpen(t *testing
 
 	// A command of the build being replaced, which opened the database at
 	// its schema and holds the operator lock as this build's commands do.
-	command, err := lockAsOperator(ctx, path)
+	command, err := lockAsOperator(ctx, path, operatorLockWait)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,17 +73,19 @@ func TestAMigrationWaitsForTheOperatorCommandsThatHaveTheDatabaseOpen(t *testing
 	if err != nil || !held {
 		t.Fatalf("take the operator lock for a migration: held %v, %v", held, err)
 	}
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	if st, err := OpenStore(short, cfg); !errors.Is(err, errMigrating) {
-		if err == nil {
-			st.Close()
-		}
+	if l, err := lockAsOperator(ctx, path, 300*time.Millisecond); !errors.Is(err, errMigrating) {
+		l.release()
 		t.Errorf("an operator command whose wait ended during a migration: %v, want it refused", err)
+	}
+	stopped, stop := context.WithCancel(ctx)
+	time.AfterFunc(100*time.Millisecond, stop)
+	if l, err := lockAsOperator(stopped, path, operatorLockWait); !errors.Is(err, context.Canceled) {
+		l.release()
+		t.Errorf("an operator command stopped while it waits: %v, want context.Canceled", err)
 	}
 	waited := make(chan error, 1)
 	go func() {
-		l, err := lockAsOperator(ctx, path)
+		l, err := lockAsOperator(ctx, path, operatorLockWait)
 		l.release()
 		waited <- err
 	}()
