@@ -66,7 +66,11 @@ func TestAJoinerOfAListingThatFoundNoFollowerListsItItself(t *testing.T) {
 			t.Error(err)
 		}
 		go func() { joined <- w.svc.ensureAccount(ctx, x, postNSID) }()
-		<-waiting // the joiner found the run and waits on it
+		select {
+		case <-waiting: // the joiner found the run and waits on it
+		case <-time.After(10 * time.Second):
+			t.Error("the second ensureAccount never joined the run")
+		}
 	})
 	owner := make(chan error, 1)
 	go func() { owner <- w.svc.ensureAccount(ctx, x, postNSID) }()

@@ -10,7 +10,8 @@ import (
 
 // FuzzParseProfile feeds ParseProfile what a PDS or the stream may send as
 // a profile record. It must not panic, keep only bounded UTF-8 strings
-// read from their exact keys and usable avatars, and what it keeps must
+// read from their exact keys (and every such string the record has) and
+// usable avatars, and what it keeps must
 // read back the same from a record written with just those fields.
 func FuzzParseProfile(f *testing.F) {
 	for _, s := range []string{
@@ -55,6 +56,12 @@ func FuzzParseProfile(f *testing.F) {
 			}
 			if fld.val != "" && jsonStringMember(rec, fld.key) != fld.val {
 				t.Fatalf("%s = %q is not the record's member of that exact key", fld.key, fld.val)
+			}
+			// And a usable member is kept, not emptied (a review).
+			var member string
+			if v, had := rec[fld.key]; had && json.Unmarshal(v, &member) == nil && len(member) <= fld.max && utf8.ValidString(member) &&
+				(fld.val != member || fld.dropped) {
+				t.Fatalf("%s %q within bounds kept as %q (dropped %v)", fld.key, member, fld.val, fld.dropped)
 			}
 		}
 		if a := got.Avatar; a != nil {
