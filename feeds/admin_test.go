@@ -61,6 +61,10 @@ func TestResetJetstreamToATimeSetsTheFirstPosition(t *testing.T) {
 	path := t.TempDir() + "/appview.db"
 	daemon := mustOpenAt(t, path, defaultFeeds)
 	ctx := context.Background()
+	scope := []string{string(followNSID), string(postNSID)}
+	if change, err := daemon.CheckScope(ctx, scope); err != nil || change != nil {
+		t.Fatalf("the daemon's scope: %+v, %v", change, err)
+	}
 	tool := mustOpenAt(t, path, defaultFeeds)
 	e, err := tool.ResetJetstream(ctx, time.UnixMicro(50), "ops", time.Unix(1, 0))
 	if err != nil {
@@ -88,6 +92,25 @@ func TestResetJetstreamToATimeSetsTheFirstPosition(t *testing.T) {
 	}
 	if g, found, err := tool.LastGap(ctx); err != nil || found {
 		t.Errorf("a first position recorded a gap %+v (%v)", g, err)
+	}
+	// The position is the daemon's now, taken under its scope: a start
+	// that adds a collection sees just that one added (the reset's row
+	// carried no scope, and the next start reported every collection
+	// added and "" removed).
+	next := mustOpenAt(t, path, defaultFeeds)
+	change, err := next.CheckScope(ctx, append(scope, "app.example.thing"))
+	if err != nil || change == nil || !slices.Equal(change.Added, []string{"app.example.thing"}) || len(change.Removed) != 0 {
+		t.Errorf("a start that adds a collection after the reset: %+v, %v; want just it added", change, err)
+	}
+
+	// With no daemon running, the first start takes the reset's position
+	// under its scope, with nothing to report.
+	other := t.TempDir() + "/appview.db"
+	if _, err := mustOpenAt(t, other, defaultFeeds).ResetJetstream(ctx, time.UnixMicro(50), "ops", time.Unix(1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if change, err := mustOpenAt(t, other, defaultFeeds).CheckScope(ctx, scope); err != nil || change != nil {
+		t.Errorf("a start on the reset's position reports a scope change %+v (%v)", change, err)
 	}
 }
 

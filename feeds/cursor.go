@@ -65,7 +65,23 @@ func (w *txWriter) saveCursor(c StreamCursor) (reset bool, err error) {
 	if err := w.newGapSince(); err != nil {
 		return false, err
 	}
-	return true, nil
+	return true, w.claimScope()
+}
+
+// claimScope records this daemon's scope (CheckScope) on a cursor row
+// that carries none: the one `appview cursor reset jetstream --to` makes
+// on a database with no position, while this daemon ran without one.
+// Left empty, the next start would take whatever scope it is configured
+// with for the one the position was taken under, and a target collection
+// added meanwhile would not be seen as added, its backlog skipped.
+func (w *txWriter) claimScope() error {
+	if w.s.scope == "" {
+		return nil
+	}
+	if _, err := w.tx.ExecContext(w.ctx, `UPDATE cursors SET scope = ? WHERE kind = ? AND scope = ''`, w.s.scope, cursorKindJetstream); err != nil {
+		return fmt.Errorf("store cursor scope: %w", err)
+	}
+	return nil
 }
 
 // Cursor returns the last committed stream cursor.
@@ -118,6 +134,9 @@ func (s *Store) FollowCursorReset(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	if err := w.newGapSince(); err != nil {
+		return false, err
+	}
+	if err := w.claimScope(); err != nil {
 		return false, err
 	}
 	if err := w.commit(); err != nil {

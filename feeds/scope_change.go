@@ -40,10 +40,16 @@ func (s *Store) CheckScope(ctx context.Context, wanted []string) (*ScopeChange, 
 			err = nil
 		}
 		if err != nil || !found || stored == scope {
-			if found && stored == "" {
-				// A cursor from before scopes were recorded: adopt this one.
-				_, err = w.tx.ExecContext(ctx, `UPDATE cursors SET scope = ? WHERE kind = ?`, scope, cursorKindJetstream)
-			}
+			return err
+		}
+		if stored == "" {
+			// A position taken under no recorded scope (a cursor from
+			// before scopes were recorded, or one `appview cursor reset
+			// jetstream --to` made): adopt this one, with nothing to
+			// compare. This branch sat inside the one above and ran only
+			// for an empty scope, so such a row was reported as every
+			// collection added and "" removed.
+			_, err = w.tx.ExecContext(ctx, `UPDATE cursors SET scope = ? WHERE kind = ?`, scope, cursorKindJetstream)
 			return err
 		}
 		before := strings.Split(stored, ",")
