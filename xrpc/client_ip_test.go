@@ -2,8 +2,11 @@ package xrpc
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 
@@ -57,6 +60,20 @@ func TestTheClientIsTheFirstAddressBeforeTheTrustedProxies(t *testing.T) {
 		{"private addresses are trusted only when listed",
 			[]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, []string{"203.0.113.7, 10.1.2.3"}, "10.1.2.3"},
 		{"an unparsable entry: the peer", []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, []string{"not-an-address"}, "127.0.0.1"},
+		{"an empty entry: the peer", []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, []string{"203.0.113.7,"}, "127.0.0.1"},
+		// Some load balancers write a port; an address is one client
+		// however it is written.
+		{"an entry with a port", []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, []string{"203.0.113.7:41234"}, "203.0.113.7"},
+		{"a bracketed IPv6 entry with a port", []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, []string{"[2001:db8::1]:443"}, "2001:db8::1"},
+		{"a bracketed IPv6 entry", []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, []string{"[2001:db8::1]"}, "2001:db8::1"},
+		{"an entry with a zone", []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, []string{"fe80::1%eth0"}, "fe80::1"},
+		{"an IPv4 address mapped into IPv6", []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, []string{"::ffff:203.0.113.7"}, "203.0.113.7"},
+		{"spaces, and a trusted hop written with a port",
+			[]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("10.0.0.0/8")},
+			[]string{" 203.0.113.7 ,10.0.0.2:8080 "}, "203.0.113.7"},
+		{"every hop a trusted proxy: the farthest",
+			[]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("10.0.0.0/8")},
+			[]string{"10.0.0.1, 10.0.0.2"}, "10.0.0.1"},
 		{"a peer that is not trusted: the peer", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, []string{"203.0.113.7"}, "127.0.0.1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,5 +101,27 @@ func TestTheClientIsTheFirstAddressBeforeTheTrustedProxies(t *testing.T) {
 				t.Errorf("client %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// The peer may be written as an IPv4 address mapped into IPv6 (a dual-stack
+// listener), and still be the trusted proxy it is; and however many
+// trusted hops a header lists, the walk stops after maxForwardedHops.
+func TestClientIPReadsTheMappedPeerAndBoundsTheWalk(t *testing.T) {
+	extract := clientIP([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.RemoteAddr = "[::ffff:10.0.0.1]:1234"
+	req.Header.Set("X-Forwarded-For", "198.51.100.1, 203.0.113.7")
+	if got := extract(req); got != "203.0.113.7" {
+		t.Errorf("behind a mapped peer: %q, want 203.0.113.7", got)
+	}
+
+	hops := []string{"203.0.113.7"}
+	for i := 1; i <= 100; i++ {
+		hops = append(hops, fmt.Sprintf("10.0.0.%d", i))
+	}
+	req.Header.Set("X-Forwarded-For", strings.Join(hops, ","))
+	if got, want := extract(req), fmt.Sprintf("10.0.0.%d", 100-maxForwardedHops+1); got != want {
+		t.Errorf("a padded header: %q, want the walk to stop at %s", got, want)
 	}
 }

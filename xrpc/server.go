@@ -479,24 +479,3 @@ func methodName(path string) string {
 	}
 	return strings.ToValidUTF8(name, "\uFFFD")
 }
-
-// clientIP is how a request's client is told, the key of its rate limits
-// (new viewers, handle lookups). With no trusted proxy it is the
-// connection's peer, and X-Forwarded-For is never read: a client must not
-// pick the key of its own limit. Behind trusted proxies it is the
-// rightmost address of X-Forwarded-For (with the peer after it) that is
-// not one of them: each proxy appends the address it saw, so what a
-// client wrote itself lies to the left of what the first trusted proxy
-// appended. An unparsable entry stops the walk at the peer. Loopback,
-// link-local and private addresses are trusted only when listed.
-func clientIP(trusted []netip.Prefix) echo.IPExtractor {
-	if len(trusted) == 0 {
-		return echo.ExtractIPDirect()
-	}
-	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
-	for _, p := range trusted {
-		p = p.Masked()
-		opts = append(opts, echo.TrustIPRange(&net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}))
-	}
-	return echo.ExtractIPFromXFFHeader(opts...)
-}
