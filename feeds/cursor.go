@@ -72,8 +72,8 @@ func (w *txWriter) saveCursor(c StreamCursor) (reset bool, err error) {
 // that carries none: the one `appview cursor reset jetstream --to` makes
 // on a database with no position, while this daemon ran without one.
 // Left empty, the next start would take whatever scope it is configured
-// with for the one the position was taken under, and a target collection
-// added meanwhile would not be seen as added, its backlog skipped.
+// with for the one the position was taken under, and a collection added
+// meanwhile would not be reported (cursor_scope_changed at start).
 func (w *txWriter) claimScope() error {
 	if w.s.scope == "" {
 		return nil
