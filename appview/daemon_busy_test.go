@@ -371,6 +371,7 @@ func TestAStartBehindAForeignWriteLockWaits(t *testing.T) {
 	// holds for one try at a time: an operator command started meanwhile
 	// (cursor show, say) goes on, where it was refused for as long as
 	// the foreign lock was held (found by a review of the operator lock).
+	deadline := time.Now().Add(10 * time.Second)
 	for advisoryLocks {
 		l, held, err := tryLock(path, opsLockSuffix, false)
 		if err != nil {
@@ -380,7 +381,14 @@ func TestAStartBehindAForeignWriteLockWaits(t *testing.T) {
 			break // the daemon's first try holds it
 		}
 		l.release()
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case err := <-built:
+			t.Fatalf("Build returned before it took the operator lock: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon's start never took the operator lock")
+		}
 	}
 	command, err := lockAsOperator(context.Background(), path, operatorLockWait)
 	if err != nil {

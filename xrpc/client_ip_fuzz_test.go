@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -13,7 +14,8 @@ import (
 // hostile client or a misconfigured proxy may produce. The key is the
 // peer itself when the peer is no trusted proxy, and otherwise the peer
 // or an address one of the header's entries names, written canonically:
-// never text a client wrote as it wrote it.
+// never text a client wrote as it wrote it; and when the entry the peer
+// appended is no trusted proxy, it is that entry, whatever came before.
 func FuzzClientIP(f *testing.F) {
 	for _, s := range [][2]string{
 		{"10.0.0.1:80", "203.0.113.7"},
@@ -51,6 +53,16 @@ func FuzzClientIP(f *testing.F) {
 				t.Fatalf("peer %q is no trusted proxy, yet the client is %q", remote, got)
 			}
 			return
+		}
+		// What the trusted peer appended is believed over anything a
+		// client wrote before it.
+		headers := req.Header.Values("X-Forwarded-For")
+		last := headers[len(headers)-1]
+		if i := strings.LastIndexByte(last, ','); i >= 0 {
+			last = last[i+1:]
+		}
+		if a, ok := parseForwarded(last); ok && !slices.ContainsFunc(trusted, func(p netip.Prefix) bool { return p.Contains(a) }) && got != a.String() {
+			t.Fatalf("the proxy appended %q, yet the client is %q", last, got)
 		}
 		if got == peer.String() {
 			return
