@@ -1,0 +1,325 @@
+package feeds
+
+import (
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// BenchmarkFeedRowsGenerations asks what the feed rows could cost if
+// feeds were trimmed by emptying whole tables instead of deleting rows,
+// against BenchmarkFeedRowsCeiling's ideal row-by-row trim (the same
+// viewers, rows a batch and cap, so the two are comparable).
+//
+// Why: a row's delete costs SQLite about what its insert does (a b-tree
+// cell removed and its page rebalanced), and every feed row but the last
+// cap a viewer is deleted sooner or later, so trims are about half of
+// what feed rows cost, and they are why a cold ingest slows once feeds
+// reach their caps. A DELETE with no WHERE is different: SQLite truncates
+// the table, handing its pages to the free list without touching a row.
+//
+// The scheme measured is generational, as a copying garbage collector
+// is. New rows go to the current one of three young tables; each takes
+// `generation` batches before the next takes over. When a table's turn
+// comes round again, its rows are the oldest young rows, and most of them
+// are beyond their viewer's cap, as the two newer tables hold enough for
+// most viewers. For the others the rows still within the cap (survivors)
+// are copied to an old table first, which is trimmed row by row; then the
+// young table is emptied. Dense viewers' rows die for nothing; only
+// sparse viewers' survivors are copied and deleted. The rotation's pass
+// over the viewers (a bounded count of each one's newer rows, and the
+// old table kept to what the young ones leave of the cap) is in the
+// timing, as are the copies; the check that a rotation leaves every
+// tenth viewer at least what it held up to the cap is not.
+//
+// The shapes: with young tables of `generation` batches each, the ones
+// newer than the dying table hold (young-1)*generation batches. young=3
+// generation=6, young=4 generation=4 and young=5 generation=3 hold the
+// cap's 12 batches there, so feeds keep 12 batches plus the current
+// table's, and the viewers the hash gave fewer rows than the cap over
+// those 12 have survivors. young=3 generation=12 holds 24 and leaves
+// none, trading disk for copies.
+//
+//	go test ./feeds -run '^$' -bench FeedRowsGenerations -benchtime 24x
+func BenchmarkFeedRowsGenerations(b *testing.B) {
+	const (
+		viewers      = 10_000
+		rowsPerEvent = 16
+		keptBatches  = 12
+		events       = 30_000
+	)
+	for _, shape := range []struct{ young, generation int }{{3, keptBatches / 2}, {3, keptBatches}, {4, keptBatches / 3}, {5, keptBatches / 4}} {
+		b.Run(fmt.Sprintf("young=%d/generation=%d/events=%d", shape.young, shape.generation, events), func(b *testing.B) {
+			g := newGenerations(b, b.TempDir()+"/g.db", viewers, events*rowsPerEvent, keptBatches, shape.young, shape.generation)
+			var took time.Duration
+			round := shape.young * shape.generation // the setup filled every young table
+			for b.Loop() {
+				start := time.Now()
+				if err := g.batch(round); err != nil {
+					b.Fatal(err)
+				}
+				took += time.Since(start)
+				round++
+			}
+			took -= g.checking
+			rows := float64(b.N * events * rowsPerEvent)
+			b.ReportMetric(rows/took.Seconds(), "rows/s")
+			b.ReportMetric(float64(b.N*events)/took.Seconds(), "events/s")
+			b.ReportMetric(float64(g.survivors)/float64(b.N), "copied/batch")
+			b.ReportMetric(float64(g.rotating.Milliseconds())/float64(b.N), "rotate-ms/batch")
+		})
+	}
+}
+
+// generations is one file of feed rows kept in young tables and an old
+// one.
+type generations struct {
+	db                                 *sql.DB
+	viewers, perBatch, young, gen, cap int
+	survivors                          int64
+	rotating, checking                 time.Duration
+}
+
+func newGenerations(b *testing.B, path string, viewers, perBatch, kept, young, gen int) *generations {
+	b.Helper()
+	db, err := sql.Open("sqlite", dsn(path, false)+"&_pragma=cache_size(-65536)&_pragma=wal_autocheckpoint(16384)")
+	if err != nil {
+		b.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	b.Cleanup(func() { db.Close() })
+	g := &generations{db: db, viewers: viewers, perBatch: perBatch, young: young, gen: gen, cap: kept * perBatch / viewers}
+	tables := []string{"old"}
+	for i := range young {
+		tables = append(tables, g.table(i*gen))
+	}
+	for _, t := range tables {
+		if _, err := db.Exec(`CREATE TABLE ` + t + ` (v INTEGER, s INTEGER, r INTEGER, PRIMARY KEY (v, s, r)) WITHOUT ROWID`); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for round := range young * gen {
+		if _, err := db.Exec(`INSERT INTO `+g.table(round)+` `+ceilingRows(perBatch, viewers), round); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return g
+}
+
+// holdings counts every tenth viewer's rows over all the tables.
+func (g *generations) holdings(tx *sql.Tx) ([]int, error) {
+	var arms []string
+	for i := range g.young {
+		arms = append(arms, `SELECT 1 FROM `+g.table(i*g.gen)+` WHERE v = ?1`)
+	}
+	arms = append(arms, `SELECT 1 FROM old WHERE v = ?1`)
+	q := `SELECT count(*) FROM (` + strings.Join(arms, " UNION ALL ") + `)`
+	var held []int
+	for v := 0; v < g.viewers; v += 10 {
+		var n int
+		if err := tx.QueryRow(q, v).Scan(&n); err != nil {
+			return nil, err
+		}
+		held = append(held, n)
+	}
+	return held, nil
+}
+
+// table names the young table round's rows go to.
+func (g *generations) table(round int) string {
+	return fmt.Sprintf("young%d", round/g.gen%g.young)
+}
+
+// batch writes round's rows in one transaction, rotating first when round
+// starts a generation.
+func (g *generations) batch(round int) error {
+	tx, err := g.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	table := g.table(round)
+	if round%g.gen == 0 {
+		// The table round takes over holds its oldest generation; the
+		// others hold the generations since.
+		var newer []string
+		for i := 1; i < g.young; i++ {
+			newer = append(newer, g.table(round+i*g.gen))
+		}
+		checked := time.Now()
+		before, err := g.holdings(tx)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		g.checking += start.Sub(checked)
+		if err := g.rotate(tx, table, newer); err != nil {
+			return err
+		}
+		end := time.Now()
+		g.rotating += end.Sub(start)
+		after, err := g.holdings(tx)
+		if err != nil {
+			return err
+		}
+		for i := range before {
+			if after[i] < min(before[i], g.cap) {
+				return fmt.Errorf("round %d: viewer %d held %d rows and keeps %d, under the cap of %d", round, i*10, before[i], after[i], g.cap)
+			}
+		}
+		g.checking += time.Since(end)
+	}
+	if _, err := tx.Exec(`INSERT INTO `+table+` `+ceilingRows(g.perBatch, g.viewers), round); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// rotate copies the survivors of young table dying to the old table, holds
+// each viewer's old rows to what the newer tables leave of the cap, and
+// empties dying.
+func (g *generations) rotate(tx *sql.Tx, dying string, newer []string) error {
+	var err error
+	prepare := func(q string) *sql.Stmt {
+		if err != nil {
+			return nil
+		}
+		var st *sql.Stmt
+		st, err = tx.Prepare(q)
+		return st
+	}
+	var counts []string
+	for _, t := range newer {
+		counts = append(counts, fmt.Sprintf(`(SELECT count(*) FROM (SELECT 1 FROM %s WHERE v = ?1 LIMIT ?2))`, t))
+	}
+	count := prepare(`SELECT ` + strings.Join(counts, " + "))
+	dropOld := prepare(`DELETE FROM old WHERE v = ?1`)
+	keep := prepare(fmt.Sprintf(`INSERT INTO old SELECT v, s, r FROM %s WHERE v = ?1 ORDER BY s DESC, r DESC LIMIT ?2`, dying))
+	cutoff := prepare(`SELECT s, r FROM old WHERE v = ?1 ORDER BY s DESC, r DESC LIMIT 1 OFFSET ?2`)
+	trim := prepare(`DELETE FROM old WHERE v = ?1 AND (s, r) <= (?2, ?3)`)
+	if err != nil {
+		return err
+	}
+	for v := range g.viewers {
+		var newer int
+		if err := count.QueryRow(v, g.cap).Scan(&newer); err != nil {
+			return err
+		}
+		if newer >= g.cap {
+			if _, err := dropOld.Exec(v); err != nil {
+				return err
+			}
+			continue
+		}
+		res, err := keep.Exec(v, g.cap-newer)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		g.survivors += n
+		var s, r int64
+		switch err := cutoff.QueryRow(v, g.cap-newer).Scan(&s, &r); err {
+		case nil:
+			if _, err := trim.Exec(v, s, r); err != nil {
+				return err
+			}
+		case sql.ErrNoRows:
+		default:
+			return err
+		}
+	}
+	_, err = tx.Exec(`DELETE FROM ` + dying)
+	return err
+}
+
+// BenchmarkFeedRowsGenerationsPage prices the generational layout's read
+// side: a page of 50 rows (one viewer's newest, or the page after a
+// cursor) merged from the young tables and the old one, against the same
+// page off the single trimmed table of BenchmarkFeedRowsCeiling. Ten
+// thousand viewers at a cap of 192, 12 batches of 10,000 events kept.
+//
+//	go test ./feeds -run '^$' -bench FeedRowsGenerationsPage
+func BenchmarkFeedRowsGenerationsPage(b *testing.B) {
+	const (
+		viewers  = 10_000
+		perBatch = 10_000 * 16
+		kept     = 12
+		limit    = 50
+	)
+	page := func(tables []string, after bool) string {
+		var arms []string
+		for _, t := range tables {
+			arm := `SELECT s, r FROM ` + t + ` WHERE v = ?1`
+			if after {
+				arm += ` AND (s, r) < (?2, ?3)`
+			}
+			arms = append(arms, arm)
+		}
+		return strings.Join(arms, " UNION ALL ") + fmt.Sprintf(" ORDER BY s DESC, r DESC LIMIT %d", limit)
+	}
+	layouts := []struct {
+		name   string
+		db     func(b *testing.B) *sql.DB
+		tables []string
+	}{
+		{"one-table", func(b *testing.B) *sql.DB {
+			return ceilingDB(b, b.TempDir()+"/c.db", viewers, perBatch, kept)
+		}, []string{"feed"}},
+		{"young=4", func(b *testing.B) *sql.DB {
+			g := newGenerations(b, b.TempDir()+"/g.db", viewers, perBatch, kept, 4, kept/3)
+			for round := 4 * kept / 3; round < 4*kept/3+kept/3+1; round++ {
+				if err := g.batch(round); err != nil { // one rotation, so the old table has its survivors
+					b.Fatal(err)
+				}
+			}
+			return g.db
+		}, []string{"young0", "young1", "young2", "young3", "old"}},
+	}
+	for _, l := range layouts {
+		b.Run(l.name, func(b *testing.B) {
+			db := l.db(b)
+			first, err := db.Prepare(page(l.tables, false))
+			if err != nil {
+				b.Fatal(err)
+			}
+			next, err := db.Prepare(page(l.tables, true))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var pages, rows int
+			v := 0
+			for b.Loop() {
+				v = (v + 7919) % viewers
+				var s, r int64
+				n := 0
+				for _, q := range []func() (*sql.Rows, error){
+					func() (*sql.Rows, error) { return first.Query(v) },
+					func() (*sql.Rows, error) { return next.Query(v, s, r) },
+				} {
+					got, err := q()
+					if err != nil {
+						b.Fatal(err)
+					}
+					for got.Next() {
+						if err := got.Scan(&s, &r); err != nil {
+							b.Fatal(err)
+						}
+						n++
+					}
+					if err := got.Err(); err != nil {
+						b.Fatal(err)
+					}
+					got.Close()
+					pages++
+				}
+				rows += n
+			}
+			if rows < pages*limit*9/10 {
+				b.Fatalf("%d rows over %d pages: the pages are not full", rows, pages)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(pages), "ns/page")
+		})
+	}
+}
