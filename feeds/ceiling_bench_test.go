@@ -88,7 +88,9 @@ func ceilingRows(n, viewers int) string {
 		n-1, n, viewers, n, n)
 }
 
-func ceilingDB(b *testing.B, path string, viewers, perBatch, kept int) *sql.DB {
+// ceilingWriter opens path as a feed-rows-only writer: the store's
+// pragmas, a 64 MiB cache, one connection.
+func ceilingWriter(b *testing.B, path string) *sql.DB {
 	b.Helper()
 	db, err := sql.Open("sqlite", dsn(path, false)+"&_pragma=cache_size(-65536)&_pragma=wal_autocheckpoint(16384)")
 	if err != nil {
@@ -96,6 +98,12 @@ func ceilingDB(b *testing.B, path string, viewers, perBatch, kept int) *sql.DB {
 	}
 	db.SetMaxOpenConns(1)
 	b.Cleanup(func() { db.Close() })
+	return db
+}
+
+func ceilingDB(b *testing.B, path string, viewers, perBatch, kept int) *sql.DB {
+	b.Helper()
+	db := ceilingWriter(b, path)
 	if _, err := db.Exec(`CREATE TABLE feed (v INTEGER, s INTEGER, r INTEGER, PRIMARY KEY (v, s, r)) WITHOUT ROWID`); err != nil {
 		b.Fatal(err)
 	}

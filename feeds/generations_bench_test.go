@@ -100,12 +100,7 @@ type generations struct {
 
 func newGenerations(b *testing.B, path string, rows func(n, viewers int) string, viewers, perBatch, kept, young, gen int) *generations {
 	b.Helper()
-	db, err := sql.Open("sqlite", dsn(path, false)+"&_pragma=cache_size(-65536)&_pragma=wal_autocheckpoint(16384)")
-	if err != nil {
-		b.Fatal(err)
-	}
-	db.SetMaxOpenConns(1)
-	b.Cleanup(func() { db.Close() })
+	db := ceilingWriter(b, path)
 	g := &generations{db: db, rows: rows, viewers: viewers, perBatch: perBatch, young: young, gen: gen, cap: kept * perBatch / viewers}
 	tables := []string{"old"}
 	for i := range young {
