@@ -3,6 +3,7 @@ package feeds
 import (
 	"database/sql"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -320,6 +321,7 @@ func BenchmarkFeedRowsGenerationsPage(b *testing.B) {
 				v = (v + 7919) % viewers
 				var s, r int64
 				n := 0
+				prevS, prevR := int64(math.MaxInt64), int64(math.MaxInt64)
 				for _, q := range []func() (*sql.Rows, error){
 					func() (*sql.Rows, error) { return first.Query(v) },
 					func() (*sql.Rows, error) { return next.Query(v, s, r) },
@@ -332,6 +334,10 @@ func BenchmarkFeedRowsGenerationsPage(b *testing.B) {
 						if err := got.Scan(&s, &r); err != nil {
 							b.Fatal(err)
 						}
+						if s > prevS || s == prevS && r >= prevR {
+							b.Fatalf("viewer %d: row (%d, %d) after (%d, %d): the merged pages are out of order", v, s, r, prevS, prevR)
+						}
+						prevS, prevR = s, r
 						n++
 					}
 					if err := got.Err(); err != nil {
@@ -342,6 +348,8 @@ func BenchmarkFeedRowsGenerationsPage(b *testing.B) {
 				}
 				rows += n
 			}
+			// Both pages of a viewer come newest first with no row twice,
+			// checked above, and nearly full.
 			if rows < pages*limit*9/10 {
 				b.Fatalf("%d rows over %d pages: the pages are not full", rows, pages)
 			}
