@@ -19,12 +19,15 @@ import (
 // b-tree work instead: each batch inserts one row a viewer and trims the
 // row twelve batches back, whatever the viewer's share of the items.
 //
-// The items are packed here in Go (16 bytes each: sort key, record id) and
-// written with one prepared INSERT a viewer, so the figure is the
-// storage's; a daemon would pack them in its fan-out statement (a Go
-// aggregate function registered with SQLite), whose cost this does not
-// measure. Reads, deletes of single items and the cap counted in items
-// are not modelled either.
+// The items are made and packed here in Go (16 bytes each: sort key,
+// record id) and written with one prepared INSERT a viewer, so the figure
+// is the storage's. BenchmarkFeedRowsCeiling makes its rows in SQL, which
+// is a large part of its time (docs/benchmarks.md, thirty-eighth round);
+// compare the two with that taken out of the ceiling's. A daemon would
+// pack the items in its fan-out statement (a Go aggregate function
+// registered with SQLite), whose cost this does not measure. Reads,
+// deletes of single items and the cap counted in items are not modelled
+// either.
 //
 //	go test ./feeds -run '^$' -bench FeedRowsPacked -benchtime 24x
 func BenchmarkFeedRowsPacked(b *testing.B) {
