@@ -38,9 +38,9 @@ import (
 //	go test ./feeds -run '^$' -bench FeedRowsCeiling -benchtime 10x
 func BenchmarkFeedRowsCeiling(b *testing.B) {
 	const (
-		viewers      = 10_000
-		rowsPerEvent = 16
-		keptBatches  = 12
+		viewers      = ceilingViewers
+		rowsPerEvent = ceilingRowsPerEvent
+		keptBatches  = ceilingKeptBatches
 	)
 	for _, writers := range []int{1, 2} {
 		for _, events := range []int{10_000, 30_000} {
@@ -78,6 +78,16 @@ func BenchmarkFeedRowsCeiling(b *testing.B) {
 		}
 	}
 }
+
+// The workload of the feed-row benchmarks (this one, FeedRowsGenerations,
+// FeedRowsPacked), shared so their figures compare: 10,000 viewers, 16
+// feed items an event (the bench stream's mean at that size), 12 batches
+// kept.
+const (
+	ceilingViewers      = 10_000
+	ceilingRowsPerEvent = 16
+	ceilingKeptBatches  = 12
+)
 
 // ceilingRows selects batch round's rows: n rows, each (viewer, sort key,
 // record) with a pseudo-random viewer below viewers and a sort key and

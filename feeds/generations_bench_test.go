@@ -51,9 +51,9 @@ import (
 //	go test ./feeds -run '^$' -bench FeedRowsGenerations -benchtime 24x
 func BenchmarkFeedRowsGenerations(b *testing.B) {
 	const (
-		viewers      = 10_000
-		rowsPerEvent = 16
-		keptBatches  = 12
+		viewers      = ceilingViewers
+		rowsPerEvent = ceilingRowsPerEvent
+		keptBatches  = ceilingKeptBatches
 		events       = 30_000
 	)
 	for _, shape := range []struct {
@@ -270,9 +270,9 @@ func (g *generations) rotate(tx *sql.Tx, dying string, newer []string) error {
 //	go test ./feeds -run '^$' -bench FeedRowsGenerationsPage
 func BenchmarkFeedRowsGenerationsPage(b *testing.B) {
 	const (
-		viewers  = 10_000
-		perBatch = 10_000 * 16
-		kept     = 12
+		viewers  = ceilingViewers
+		perBatch = 10_000 * ceilingRowsPerEvent
+		kept     = ceilingKeptBatches
 		limit    = 50
 	)
 	page := func(tables []string, after bool) string {

@@ -31,28 +31,23 @@ import (
 //
 //	go test ./feeds -run '^$' -bench FeedRowsPacked -benchtime 24x
 func BenchmarkFeedRowsPacked(b *testing.B) {
-	const (
-		viewers      = 10_000
-		rowsPerEvent = 16
-		keptBatches  = 12
-	)
 	for _, events := range []int{10_000, 30_000} {
 		b.Run(fmt.Sprintf("events=%d", events), func(b *testing.B) {
-			items := events * rowsPerEvent
+			items := events * ceilingRowsPerEvent
 			db := ceilingWriter(b, b.TempDir()+"/p.db")
 			if _, err := db.Exec(`CREATE TABLE feed (v INTEGER, round INTEGER, items BLOB NOT NULL, PRIMARY KEY (v, round)) WITHOUT ROWID`); err != nil {
 				b.Fatal(err)
 			}
-			for round := range keptBatches {
-				if err := packedBatch(db, round, items, viewers, -1); err != nil {
+			for round := range ceilingKeptBatches {
+				if err := packedBatch(db, round, items, ceilingViewers, -1); err != nil {
 					b.Fatal(err)
 				}
 			}
 			var took time.Duration
-			round := keptBatches
+			round := ceilingKeptBatches
 			for b.Loop() {
 				start := time.Now()
-				if err := packedBatch(db, round, items, viewers, round-keptBatches); err != nil {
+				if err := packedBatch(db, round, items, ceilingViewers, round-ceilingKeptBatches); err != nil {
 					b.Fatal(err)
 				}
 				took += time.Since(start)
