@@ -38,19 +38,27 @@ func BenchmarkFeedRowsPacked(b *testing.B) {
 			if _, err := db.Exec(`CREATE TABLE feed (v INTEGER, round INTEGER, items BLOB NOT NULL, PRIMARY KEY (v, round)) WITHOUT ROWID`); err != nil {
 				b.Fatal(err)
 			}
+			// written[r] is how many rows round r wrote: its trim must
+			// delete exactly those.
+			var written []int64
 			for round := range ceilingKeptBatches {
-				if err := packedBatch(db, round, items, ceilingViewers, -1); err != nil {
+				n, err := packedBatch(db, round, items, ceilingViewers, -1, 0)
+				if err != nil {
 					b.Fatal(err)
 				}
+				written = append(written, n)
 			}
 			var took time.Duration
 			round := ceilingKeptBatches
 			for b.Loop() {
 				start := time.Now()
-				if err := packedBatch(db, round, items, ceilingViewers, round-ceilingKeptBatches); err != nil {
+				trimmed := round - ceilingKeptBatches
+				n, err := packedBatch(db, round, items, ceilingViewers, trimmed, written[trimmed])
+				if err != nil {
 					b.Fatal(err)
 				}
 				took += time.Since(start)
+				written = append(written, n)
 				round++
 			}
 			b.ReportMetric(float64(b.N*items)/took.Seconds(), "items/s")
@@ -61,8 +69,9 @@ func BenchmarkFeedRowsPacked(b *testing.B) {
 
 // packedBatch writes round's items, the same as ceilingRows selects, one
 // row a viewer, and deletes every viewer's row of round trimmed (none if
-// it is negative), in one transaction.
-func packedBatch(db *sql.DB, round, items, viewers, trimmed int) error {
+// it is negative), which must be want rows, in one transaction. It returns
+// the rows it wrote.
+func packedBatch(db *sql.DB, round, items, viewers, trimmed int, want int64) (int64, error) {
 	packed := make([][]byte, viewers)
 	for i := range items {
 		key := round*items + i
@@ -72,31 +81,33 @@ func packedBatch(db *sql.DB, round, items, viewers, trimmed int) error {
 	}
 	tx, err := db.Begin()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer tx.Rollback()
 	insert, err := tx.Prepare(`INSERT INTO feed (v, round, items) VALUES (?1, ?2, ?3)`)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	var wrote int64
 	for v, p := range packed {
 		if p == nil {
 			continue
 		}
 		if _, err := insert.Exec(v, round, p); err != nil {
-			return err
+			return 0, err
 		}
+		wrote++
 	}
 	if trimmed >= 0 {
 		res, err := tx.Exec(fmt.Sprintf(`DELETE FROM feed WHERE v IN (
 			WITH RECURSIVE seq(v) AS (SELECT 0 UNION ALL SELECT v + 1 FROM seq WHERE v < %d) SELECT v FROM seq)
 			AND round = ?1`, viewers-1), trimmed)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return fmt.Errorf("trim of round %d deleted %d rows (%v)", trimmed, n, err)
+		if n, err := res.RowsAffected(); err != nil || n != want {
+			return 0, fmt.Errorf("trim of round %d deleted %d rows, want %d (%v)", trimmed, n, want, err)
 		}
 	}
-	return tx.Commit()
+	return wrote, tx.Commit()
 }
