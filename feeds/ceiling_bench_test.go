@@ -133,7 +133,13 @@ func ceilingBatch(db *sql.DB, round, perBatch, viewers, kept int) error {
 		return err
 	}
 	defer tx.Rollback()
-	if _, err := tx.Exec(`INSERT INTO feed `+ceilingRows(perBatch, viewers), round); err != nil {
+	// OR IGNORE, as the daemon's fan-out. A plain INSERT … SELECT in a
+	// transaction might abort halfway on a duplicate key, so SQLite copies
+	// every page it touches to a statement journal first (memory malloc'd
+	// and freed a page at a time), which the daemon's statements never
+	// pay. This benchmark paid it until the thirty-ninth round of
+	// docs/benchmarks.md, and ran about a third slower for it.
+	if _, err := tx.Exec(`INSERT OR IGNORE INTO feed `+ceilingRows(perBatch, viewers), round); err != nil {
 		return err
 	}
 	res, err := tx.Exec(fmt.Sprintf(`DELETE FROM feed WHERE v IN (

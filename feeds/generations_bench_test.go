@@ -198,7 +198,8 @@ func (g *generations) batch(round int) error {
 		}
 		g.checking += time.Since(end)
 	}
-	if _, err := tx.Exec(`INSERT INTO `+table+` `+g.rows(g.perBatch, g.viewers), round); err != nil {
+	// OR IGNORE, here and in the copy, for the reason ceilingBatch gives.
+	if _, err := tx.Exec(`INSERT OR IGNORE INTO `+table+` `+g.rows(g.perBatch, g.viewers), round); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -223,7 +224,7 @@ func (g *generations) rotate(tx *sql.Tx, dying string, newer []string) error {
 	}
 	count := prepare(`SELECT ` + strings.Join(counts, " + "))
 	dropOld := prepare(`DELETE FROM old WHERE v = ?1`)
-	keep := prepare(fmt.Sprintf(`INSERT INTO old SELECT v, s, r FROM %s WHERE v = ?1 ORDER BY s DESC, r DESC LIMIT ?2`, dying))
+	keep := prepare(fmt.Sprintf(`INSERT OR IGNORE INTO old SELECT v, s, r FROM %s WHERE v = ?1 ORDER BY s DESC, r DESC LIMIT ?2`, dying))
 	cutoff := prepare(`SELECT s, r FROM old WHERE v = ?1 ORDER BY s DESC, r DESC LIMIT 1 OFFSET ?2`)
 	trim := prepare(`DELETE FROM old WHERE v = ?1 AND (s, r) <= (?2, ?3)`)
 	if err != nil {
