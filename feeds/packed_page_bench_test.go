@@ -73,7 +73,7 @@ func BenchmarkFeedPagePacked(b *testing.B) {
 		readers[name] = r
 	}
 	for v := 0; v < viewers; v += 10 {
-		want, err := readers["rows"].twoPages(v)
+		want, err := twoPages(readers["rows"], v)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func BenchmarkFeedPagePacked(b *testing.B) {
 			b.Fatalf("viewer %d: %d items off the rows, want %d", v, len(want), 2*limit)
 		}
 		for _, name := range layouts[1:] {
-			got, err := readers[name].twoPages(v)
+			got, err := twoPages(readers[name], v)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -96,7 +96,7 @@ func BenchmarkFeedPagePacked(b *testing.B) {
 			pages, v := 0, 0
 			for b.Loop() {
 				v = (v + 7919) % viewers
-				if _, err := read.twoPages(v); err != nil {
+				if _, err := twoPages(read, v); err != nil {
 					b.Fatal(err)
 				}
 				pages += 2
@@ -171,9 +171,27 @@ func fillPageLayouts(db *sql.DB, viewers int, layout chunkLayout) error {
 	return tx.Commit()
 }
 
-// pageReader reads a viewer's first two pages one way.
+// pageReader reads one page of a viewer's feed: up to limit items older
+// than the cursor after, newest first, appended to out.
 type pageReader interface {
-	twoPages(v int) ([]packedItem, error)
+	page(v int, after packedItem, out []packedItem) ([]packedItem, error)
+}
+
+// twoPages reads viewer v's first page and the page after it.
+func twoPages(r pageReader, v int) ([]packedItem, error) {
+	var out []packedItem
+	after := packedItem{math.MaxInt64, math.MaxInt64}
+	for range 2 {
+		n := len(out)
+		var err error
+		if out, err = r.page(v, after, out); err != nil {
+			return nil, err
+		}
+		if len(out) > n {
+			after = out[len(out)-1]
+		}
+	}
+	return out, nil
 }
 
 func newRowPages(db *sql.DB, limit int) (pageReader, error) {
@@ -197,30 +215,20 @@ type rowPages struct {
 	limit int
 }
 
-func (p *rowPages) twoPages(v int) ([]packedItem, error) {
-	var out []packedItem
-	after := packedItem{math.MaxInt64, math.MaxInt64}
-	for range 2 {
-		rs, err := p.q.Query(v, after.s, after.r)
-		if err != nil {
-			return nil, err
-		}
-		for rs.Next() {
-			var it packedItem
-			if err := rs.Scan(&it.s, &it.r); err != nil {
-				rs.Close()
-				return nil, err
-			}
-			out = append(out, it)
-		}
-		if err := rs.Close(); err != nil {
-			return nil, err
-		}
-		if len(out) > 0 {
-			after = out[len(out)-1]
-		}
+func (p *rowPages) page(v int, after packedItem, out []packedItem) ([]packedItem, error) {
+	rs, err := p.q.Query(v, after.s, after.r)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	defer rs.Close()
+	for rs.Next() {
+		var it packedItem
+		if err := rs.Scan(&it.s, &it.r); err != nil {
+			return nil, err
+		}
+		out = append(out, it)
+	}
+	return out, rs.Err()
 }
 
 // chunkPages reads pages off feed's chunks: all of the viewer's, a page.
@@ -230,31 +238,22 @@ type chunkPages struct {
 	buf   []packedItem
 }
 
-func (p *chunkPages) twoPages(v int) ([]packedItem, error) {
-	var out []packedItem
-	after := packedItem{math.MaxInt64, math.MaxInt64}
-	for range 2 {
-		rs, err := p.q.Query(v)
-		if err != nil {
-			return nil, err
-		}
-		items, err := chunkItems(rs, p.buf[:0])
-		if err != nil {
-			return nil, err
-		}
-		p.buf = items
-		// The first item past the cursor, newest first.
-		i, _ := slices.BinarySearchFunc(items, after, newestFirst)
-		if i < len(items) && items[i] == after {
-			i++
-		}
-		page := items[i:min(len(items), i+p.limit)]
-		out = append(out, page...)
-		if len(page) > 0 {
-			after = page[len(page)-1]
-		}
+func (p *chunkPages) page(v int, after packedItem, out []packedItem) ([]packedItem, error) {
+	rs, err := p.q.Query(v)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	items, err := chunkItems(rs, p.buf[:0])
+	if err != nil {
+		return nil, err
+	}
+	p.buf = items
+	// The first item past the cursor, newest first.
+	i, _ := slices.BinarySearchFunc(items, after, newestFirst)
+	if i < len(items) && items[i] == after {
+		i++
+	}
+	return append(out, items[i:min(len(items), i+p.limit)]...), nil
 }
 
 // mergedPages reads pages off feed's chunks by merging them: each chunk is
@@ -268,20 +267,11 @@ type mergedPages struct {
 	heads []int // each chunk's next item, counted from its start, plus one
 }
 
-func (p *mergedPages) twoPages(v int) ([]packedItem, error) {
-	var out []packedItem
-	after := packedItem{math.MaxInt64, math.MaxInt64}
-	for range 2 {
-		if err := p.load(v); err != nil {
-			return nil, err
-		}
-		n := len(out)
-		out = p.page(after, out)
-		if len(out) > n {
-			after = out[len(out)-1]
-		}
+func (p *mergedPages) page(v int, after packedItem, out []packedItem) ([]packedItem, error) {
+	if err := p.load(v); err != nil {
+		return nil, err
 	}
-	return out, nil
+	return p.merge(after, out), nil
 }
 
 // load reads viewer v's chunks into buf.
@@ -312,9 +302,9 @@ func (p *mergedPages) item(start, i int) packedItem {
 	return packedItem{int64(binary.BigEndian.Uint64(b)), int64(binary.BigEndian.Uint64(b[8:]))}
 }
 
-// page appends to out the limit newest loaded items older than after, no
+// merge appends to out the limit newest loaded items older than after, no
 // item twice.
-func (p *mergedPages) page(after packedItem, out []packedItem) []packedItem {
+func (p *mergedPages) merge(after packedItem, out []packedItem) []packedItem {
 	p.heads = p.heads[:0]
 	start := 0
 	for _, end := range p.ends {
