@@ -17,16 +17,17 @@ import (
 //   - the fan-out stays one INSERT … SELECT: a batch's items are grouped
 //     by viewer and packed by the Go aggregate pack_items into one chunk
 //     a viewer, keyed (viewer, batch);
-//   - chunks are not ordered against each other. A viewer's items are a
-//     bag of chunks, read whole (a page reads them all and sorts them;
-//     BenchmarkFeedPagePacked), so a backdated item can go in any chunk;
+//   - chunks are not ordered against each other, only within. A viewer's
+//     items are a bag of chunks, read whole (a page reads them all and
+//     merges them; BenchmarkFeedPagePacked), so a backdated item can go
+//     in any chunk;
 //   - the cap counts items. The aggregate tells each chunk's size
-//     (packTally), kept a viewer in memory here (a daemon would keep it in
-//     a table or count it at start). A viewer over cap+slack items is compacted in the same
-//     transaction: its chunks read, sorted newest first, cut to the cap and
-//     written back as one chunk. So a viewer holds cap to cap+slack items,
-//     and the trim's cost is a few rows a viewer every slack items, not a
-//     row an item.
+//     (packTally), kept a viewer in memory here (a daemon would keep it
+//     in a table or count it at start). A viewer over cap+slack items is
+//     compacted in the same transaction: its chunks read, sorted newest
+//     first, cut to the cap and written back as one chunk. So a viewer
+//     holds cap to cap+slack items, and the trim's cost is a few rows a
+//     viewer every slack items, not a row an item.
 //
 // The cap is the ceiling's (its 12 batches kept, 192 items a viewer at
 // 10,000 events a batch, about the daemon's default of 200). The setup
@@ -126,9 +127,9 @@ func (l *lanes) open(b *testing.B, path string) {
 	}
 }
 
-// batch writes round's items, a chunk a viewer, and compacts the viewers
-// it takes over cap+slack, in one transaction. Chunk 0 is a viewer's
-// compacted one; round r's chunks are r+1.
+// batch writes round's items, a chunk a viewer numbered round+1, and
+// compacts the viewers it takes over cap+slack into one chunk each,
+// numbered round+1 too (chunkLayout's insert), in one transaction.
 func (l *lanes) batch(round int) error {
 	tx, err := l.db.Begin()
 	if err != nil {

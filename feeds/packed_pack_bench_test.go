@@ -20,10 +20,9 @@ import (
 // keys and record ids into one blob, 8 bytes big-endian each, sorted
 // oldest first (so a page can merge chunks without sorting them,
 // BenchmarkFeedPagePacked), and tells packTally, if set, the group's
-// viewer and item count. A
-// daemon packing feed items in its fan-out's INSERT … SELECT would
-// register something like it; these benchmarks ask what it costs an
-// item.
+// viewer and item count. A daemon packing feed items in its fan-out's
+// INSERT … SELECT would register something like it; these benchmarks ask
+// what it costs an item.
 //
 // The tally stands in for RETURNING, which the fan-out cannot use: SQLite
 // runs a RETURNING clause as a trigger, so the INSERT may abort and

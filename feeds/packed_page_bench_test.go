@@ -39,7 +39,7 @@ func BenchmarkFeedPagePacked(b *testing.B) {
 		viewers = ceilingViewers
 		limit   = 50
 	)
-	// The same items in two files, the chunks keyed one way in each.
+	// The same items in three files, the chunks kept one way in each.
 	dbs := map[string]*sql.DB{}
 	for _, layout := range []chunkLayout{keyedChunks, rowidChunks, heapChunks} {
 		db := packWriter(b, b.TempDir()+"/"+layout.name+".db")
