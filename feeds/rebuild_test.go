@@ -81,6 +81,35 @@ func TestRebuildFeedRefillsEveryViewerToTheCap(t *testing.T) {
 
 // An interrupted rebuild keeps what it committed and its position; the
 // next run starts at the next viewer.
+// A chunk commits once it has held the write lock for Hold, whatever its
+// count: here every reading of the clock is a second later, so each
+// viewer takes the chunk past the bound and commits alone, and the feeds
+// still come out whole.
+func TestRebuildChunkCommitsOnceItHasHeldTheLockForHold(t *testing.T) {
+	s, viewers := rebuildFixture(t)
+	clock := time.Unix(5_000, 0)
+	var dones []int
+	p, err := s.RebuildFeed(context.Background(), "following", RebuildOptions{
+		Chunk: 16, Hold: 500 * time.Millisecond,
+		Now:      func() time.Time { clock = clock.Add(time.Second); return clock },
+		Progress: func(p RebuildProgress) { dones = append(dones, p.Done) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(dones, []int{0, 1, 2, 3, 4, 5}) {
+		t.Errorf("progress reports at %v, want one commit a viewer", dones)
+	}
+	for _, v := range viewers {
+		if got := feedRKeys(t, s, "following", v, postNSID); !slices.Equal(got, newestThree) {
+			t.Errorf("%s after rebuild = %v, want %v", v, got, newestThree)
+		}
+	}
+	if p.Done != 5 || p.Rows != 15 {
+		t.Errorf("result %+v", p)
+	}
+}
+
 func TestRebuildFeedResumesAfterInterruption(t *testing.T) {
 	s, viewers := rebuildFixture(t)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -22,7 +22,7 @@ func rebuildCmd(ctx context.Context, args, environ []string, stdout, stderr io.W
 	var every *time.Duration
 	cfg, err := parseForCommand("rebuild", args, environ, stderr, func(fs *flag.FlagSet) {
 		feed = fs.String("feed", "", "the feed to rebuild (required)")
-		chunk = fs.Int("chunk", 16, "viewers rebuilt per transaction")
+		chunk = fs.Int("chunk", 16, fmt.Sprintf("viewers rebuilt per transaction at most (a transaction also commits after %v)", feeds.DefaultRebuildHold))
 		every = progressFlag(fs)
 	})
 	if err != nil {
@@ -72,5 +72,6 @@ func rebuildCmd(ctx context.Context, args, environ []string, stdout, stderr io.W
 }
 
 // maxRebuildChunk bounds the viewers one rebuild transaction holds the
-// write lock for; the daemon beside it waits for each.
+// write lock for; the daemon beside it waits for each. The chunk's time
+// is bounded too (feeds.DefaultRebuildHold).
 const maxRebuildChunk = 1000
